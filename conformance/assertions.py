@@ -1,0 +1,108 @@
+"""Assertion helpers for conformance tests.
+
+Each takes the claim ID first, hides its own frame from the traceback, and fails with one
+consistent message:
+
+    <what>=<got>, but should be <expected> [CLAIM-ID numpy attention(causal=True, scale=None)]
+    reproduce: python -m pytest '<test id>' --impl numpy --attnspec-seed 0   # B=1 H=2 ...
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conformance.harness import Case, Subject
+from conformance.tolerance import Comparison, compare, naive_baseline
+from impls.numpy_reference import reference_attention, reference_scores
+
+
+def fail(claim: str, subject: Subject | None, case: Case | None, message: str) -> None:
+    __tracebackhide__ = True
+    where = [claim]
+    if subject is not None:
+        where.append(subject.name)
+    if case is not None:
+        where.append(case.call_signature())
+    text = f"{message} [{' '.join(where)}]"
+    if subject is not None:
+        text += f"\nreproduce: {subject.reproducer(case)}"
+    pytest.fail(text, pytrace=False)
+
+
+def assert_shape(claim: str, subject: Subject, case: Case, what: str, got, expected) -> None:
+    __tracebackhide__ = True
+    if tuple(got) != tuple(expected):
+        fail(claim, subject, case, f"{what}={tuple(got)}, but should be {tuple(expected)}")
+
+
+def assert_equal(claim: str, subject: Subject, case: Case, what: str, got, expected) -> None:
+    __tracebackhide__ = True
+    if got != expected:
+        fail(claim, subject, case, f"{what}={got!r}, but should be {expected!r}")
+
+
+def assert_identical(
+    claim: str, subject: Subject, case: Case, what: str, got: np.ndarray, expected: np.ndarray
+) -> None:
+    """Bit-for-bit equality (NaNs equal to NaNs), reporting the first differing index."""
+    __tracebackhide__ = True
+    assert_shape(claim, subject, case, f"{what}.shape", np.shape(got), np.shape(expected))
+    got, expected = np.asarray(got), np.asarray(expected)
+    differs = ~((got == expected) | (np.isnan(got) & np.isnan(expected)))
+    if differs.any():
+        index = tuple(int(i) for i in np.argwhere(differs)[0])
+        fail(
+            claim,
+            subject,
+            case,
+            f"{what} differs in {int(differs.sum())} of {differs.size} elements, first at {index}: "
+            f"{got[index]!r}, but should be {expected[index]!r} bit for bit",
+        )
+
+
+def assert_raises_clearly(claim: str, subject: Subject, case: Case, problem: str, call) -> None:
+    """``call()`` raises an exception with a message: any type, as long as it says something."""
+    __tracebackhide__ = True
+    try:
+        out = call()
+    except Exception as exc:
+        if not str(exc).strip():
+            fail(claim, subject, case, f"{problem}: raised {type(exc).__name__} with no message")
+        return
+    fail(
+        claim,
+        subject,
+        case,
+        f"{problem}: returned {type(out).__name__} of shape {getattr(out, 'shape', '?')}, "
+        "but should raise an error",
+    )
+
+
+def assert_within_budget(
+    claim: str, subject: Subject, case: Case, what: str, comparison: Comparison
+) -> None:
+    __tracebackhide__ = True
+    if not comparison.ok:
+        fail(claim, subject, case, f"{what}: {comparison.describe()}")
+
+
+def assert_matches_oracle(
+    claim: str, subject: Subject, case: Case, out: np.ndarray, q, k, v
+) -> Comparison:
+    """``out`` is attention(q, k, v) within the tolerance budget for the case's dtype."""
+    __tracebackhide__ = True
+    assert_shape(claim, subject, case, "out.shape", out.shape, case.out_shape)
+    kwargs = dict(causal=case.causal, scale=case.scale)
+    truth = reference_attention(q, k, v, **kwargs)
+    scores = reference_scores(q, k, case.scale)
+    comparison = compare(
+        out,
+        truth,
+        naive_baseline(q, k, v, dtype=case.dtype, **kwargs),
+        dtype=case.dtype,
+        magnitude=float(np.max(np.abs(v))),
+        max_score=float(np.max(np.abs(scores))),
+    )
+    assert_within_budget(claim, subject, case, "out", comparison)
+    return comparison

@@ -1,0 +1,139 @@
+"""How a conformance test calls an implementation: cases, inputs, calls and reproducers.
+
+A test describes *what* to compute as a :class:`Case`, gets inputs from :meth:`Subject.inputs`
+(float64 arrays already rounded to the case's dtype, so the oracle sees exactly what the
+implementation sees), and calls :meth:`Subject.call`. Everything a failure message needs to
+reproduce the call - implementation, seed, test id, shapes, dtype, causal, scale - lives here.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from impls.contract import Implementation
+from impls.dtypes import round_to
+
+
+@dataclass(frozen=True)
+class Case:
+    """One attention call: shapes (B, H, Tq, Tk, D, Dv), dtype, causal and scale."""
+
+    batch: int = 1
+    heads: int = 2
+    tq: int = 64
+    tk: int | None = None  # None: same as tq
+    head_dim: int = 64
+    value_dim: int | None = None  # None: same as head_dim
+    dtype: str = "float32"
+    causal: bool = True
+    scale: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.tk is None:
+            object.__setattr__(self, "tk", self.tq)
+        if self.value_dim is None:
+            object.__setattr__(self, "value_dim", self.head_dim)
+
+    def with_(self, **changes) -> Case:
+        return replace(self, **changes)
+
+    @property
+    def q_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.heads, self.tq, self.head_dim)
+
+    @property
+    def k_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.heads, self.tk, self.head_dim)
+
+    @property
+    def v_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.heads, self.tk, self.value_dim)
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.heads, self.tq, self.value_dim)
+
+    def describe(self) -> str:
+        return (
+            f"B={self.batch} H={self.heads} Tq={self.tq} Tk={self.tk} D={self.head_dim} "
+            f"Dv={self.value_dim} dtype={self.dtype} causal={self.causal} scale={self.scale}"
+        )
+
+    def call_signature(self) -> str:
+        return f"attention(causal={self.causal}, scale={self.scale})"
+
+
+def random_stream(seed: int, test_id: str) -> np.random.Generator:
+    """A generator fixed by the run's seed and the test's id, so each test's data is stable
+    whatever else is selected, and two tests never share a stream."""
+    return np.random.default_rng([seed, zlib.crc32(test_id.encode())])
+
+
+@dataclass
+class Subject:
+    """An implementation under test, bound to one test's random stream and reproducer."""
+
+    impl: Implementation
+    selector: str  # what to pass to --impl to select it again
+    seed: int
+    test_id: str
+
+    def __post_init__(self) -> None:
+        self.rng = random_stream(self.seed, self.test_id)
+
+    @property
+    def name(self) -> str:
+        return self.impl.name
+
+    def inputs(self, case: Case, spread: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Standard normal q, k, v times ``spread``, rounded to the case's dtype, as float64."""
+        return tuple(
+            round_to(spread * self.rng.standard_normal(shape), case.dtype)
+            for shape in (case.q_shape, case.k_shape, case.v_shape)
+        )
+
+    def require(self, case: Case, *, weights: bool = False, autograd: bool = False) -> None:
+        """Skip, naming the missing capability, when the implementation does not declare what
+        ``case`` needs."""
+        caps = self.impl.capabilities
+        missing = [
+            what
+            for what, needed, declared in (
+                (f"dtype {case.dtype}", True, case.dtype in caps.dtypes),
+                ("non-causal attention", not case.causal, caps.non_causal),
+                ("Tq != Tk", case.tq != case.tk, caps.cross_length),
+                ("an explicit scale", case.scale is not None, caps.explicit_scale),
+                (f"head dim {case.head_dim}", True, caps.supports_head_dim(case.head_dim)),
+                ("attention weights", weights, caps.exposes_weights),
+                ("autograd", autograd, caps.autograd),
+            )
+            if needed and not declared
+        ]
+        if missing:
+            pytest.skip(f"{self.name} does not declare {', '.join(missing)}")
+
+    def to_native(self, case: Case, *arrays: np.ndarray) -> list[Any]:
+        return [self.impl.from_numpy(a, case.dtype) for a in arrays]
+
+    def call_native(self, case: Case, q, k, v) -> Any:
+        """The implementation's native output for float64 arrays q, k, v (exact in the dtype).
+
+        Skips, with the reason, when the implementation does not declare what the case needs."""
+        self.require(case)
+        nq, nk, nv = self.to_native(case, q, k, v)
+        return self.impl.attention(nq, nk, nv, causal=case.causal, scale=case.scale)
+
+    def call(self, case: Case, q, k, v) -> np.ndarray:
+        """The implementation's output as a float64 NumPy array."""
+        return self.impl.to_numpy(self.call_native(case, q, k, v)).astype(np.float64)
+
+    def reproducer(self, case: Case | None = None) -> str:
+        line = (
+            f"python -m pytest '{self.test_id}' --impl {self.selector} --attnspec-seed {self.seed}"
+        )
+        return f"{line}   # {case.describe()}" if case else line

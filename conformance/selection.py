@@ -1,0 +1,55 @@
+"""Which implementations a run judges, from ``--impl`` options or ``ATTNSPEC_IMPL``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from impls.contract import Implementation
+from impls.registry import BUILTINS, RegistryError, resolve
+
+ENV_VAR = "ATTNSPEC_IMPL"
+
+
+@dataclass(frozen=True)
+class Selected:
+    """An implementation chosen for this run, with the text that selects it again."""
+
+    impl: Implementation
+    selector: str
+
+    @property
+    def skip_reason(self) -> str | None:
+        reason = self.impl.unavailable_reason()
+        return f"{self.impl.name} cannot run here: {reason}" if reason else None
+
+
+def split_names(values: list[str] | None) -> list[str]:
+    """Names from repeated, comma-separated options, in order, without repeats."""
+    names: list[str] = []
+    for value in values or ():
+        for name in value.split(","):
+            name = name.strip()
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
+def select(option_values: list[str] | None, environ=os.environ) -> list[Selected]:
+    """The selection: ``--impl`` wins, then ``$ATTNSPEC_IMPL``, then every built-in.
+
+    Raises :class:`impls.registry.RegistryError` for a name that resolves to nothing.
+    """
+    names = split_names(option_values) or split_names([environ.get(ENV_VAR, "")])
+    if not names:
+        names = list(BUILTINS)
+    selected = [Selected(resolve(name), name) for name in names]
+    seen: dict[str, str] = {}
+    for item in selected:
+        if item.impl.name in seen:
+            raise RegistryError(
+                f"{item.selector!r} and {seen[item.impl.name]!r} both name an implementation "
+                f"called {item.impl.name!r}; test ids would collide"
+            )
+        seen[item.impl.name] = item.selector
+    return selected

@@ -1,0 +1,117 @@
+"""Per-implementation, per-claim verdicts, gathered from test reports.
+
+A claim is *met* by an implementation when at least one of its tests ran and none failed, *failed*
+when any failed, and *not checked* when every test was skipped (the reasons are kept). A SHOULD
+claim that fails is *unmet*: reported, but not a failure of the run unless ``--strict``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from spec.catalogue import Catalogue
+
+MATHEMATICS = "(mathematics)"  # the row for tests of the document itself, run once
+
+MET, FAILED, UNMET, NOT_CHECKED = "met", "FAILED", "unmet", "not checked"
+
+
+@dataclass
+class ClaimRecord:
+    passed: int = 0
+    failed: int = 0
+    unmet: int = 0
+    skipped: int = 0
+    skip_reasons: set[str] = field(default_factory=set)
+    failing_tests: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        if self.failed:
+            return FAILED
+        if self.unmet:
+            return UNMET
+        if self.passed:
+            return MET
+        return NOT_CHECKED
+
+
+class Ledger:
+    def __init__(self, catalogue: Catalogue, implementations: list[str]):
+        self.catalogue = catalogue
+        self.implementations = list(implementations)
+        self.records: dict[tuple[str, str], ClaimRecord] = defaultdict(ClaimRecord)
+
+    def record(self, subject: str, claims: list[str], outcome: str, test_id: str, reason: str = ""):
+        for claim in claims:
+            entry = self.records[(subject, claim)]
+            if outcome == "passed":
+                entry.passed += 1
+            elif outcome == "failed":
+                entry.failed += 1
+                entry.failing_tests.append(test_id)
+            elif outcome == "unmet":
+                entry.unmet += 1
+                entry.failing_tests.append(test_id)
+            else:
+                entry.skipped += 1
+                if reason:
+                    entry.skip_reasons.add(reason)
+
+    def implementation_records(self) -> list[ClaimRecord]:
+        return [rec for (subject, _), rec in self.records.items() if subject != MATHEMATICS]
+
+    def implementations_checked(self) -> int:
+        """How many implementations had at least one test run (not skipped)."""
+        ran = {
+            subject
+            for (subject, _), rec in self.records.items()
+            if subject != MATHEMATICS and (rec.passed or rec.failed or rec.unmet)
+        }
+        return len(ran)
+
+    def subjects(self) -> list[str]:
+        seen = {subject for subject, _ in self.records}
+        ordered = [name for name in self.implementations if name in seen]
+        return ([MATHEMATICS] if MATHEMATICS in seen else []) + ordered
+
+    def verdicts(self, subject: str) -> dict[str, ClaimRecord]:
+        return {claim: rec for (name, claim), rec in self.records.items() if name == subject}
+
+    def summary_lines(self) -> list[str]:
+        lines = []
+        width = max([len(s) for s in self.subjects()] + [10])
+        for subject in self.subjects():
+            by_verdict: dict[str, list[str]] = defaultdict(list)
+            for claim, rec in sorted(self.verdicts(subject).items()):
+                by_verdict[rec.verdict].append(claim)
+            failed_must = by_verdict[FAILED]
+            if failed_must:
+                verdict = "FAILS"
+            elif by_verdict[MET] or by_verdict[UNMET]:
+                verdict = "conforms"
+            else:
+                verdict = "NOT RUN"
+            counts = ", ".join(
+                f"{len(by_verdict[v])} {v}"
+                for v in (MET, FAILED, UNMET, NOT_CHECKED)
+                if by_verdict[v]
+            )
+            lines.append(f"{subject:<{width}}  {verdict:<8}  {counts}")
+            for label, claims in (("failed", failed_must), ("unmet", by_verdict[UNMET])):
+                for claim in claims:
+                    rec = self.records[(subject, claim)]
+                    level = self.catalogue[claim].level if claim in self.catalogue else "?"
+                    lines.append(
+                        f"{'':<{width}}    {label} {level} {claim}: "
+                        f"{rec.failed + rec.unmet} test(s), "
+                        f"e.g. {rec.failing_tests[0]}"
+                    )
+            if verdict == "NOT RUN":
+                reasons = sorted(
+                    set().union(*(r.skip_reasons for r in self.verdicts(subject).values()))
+                )
+                for reason in reasons[:3]:
+                    lines.append(f"{'':<{width}}    skipped: {reason}")
+        return lines

@@ -1,0 +1,253 @@
+"""The implementation contract: what an attention implementation declares and how it is called.
+
+Two ways in:
+
+* a rich :class:`Implementation` subclass, which declares its array family, device, dtypes and
+  capabilities, and converts NumPy test inputs to its native arrays and back;
+* a plain callable ``fn(q, k, v, *, causal=True, scale=None) -> numpy.ndarray`` on NumPy arrays
+  q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv), returning (B, H, Tq, Dv) in q's dtype,
+  wrapped by :class:`PlainCallable` and checked in float32 and float64.
+
+Causal attention is bottom-right aligned: query row i sits at absolute position i + Tk - Tq and
+sees keys j <= i + Tk - Tq, so Tq = 1 against a cache of Tk keys is one decoding step.
+``scale=None`` means 1/sqrt(D).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from impls.dtypes import DTYPES, check_dtype, numpy_storage
+
+PLAIN_SIGNATURE = "fn(q, k, v, *, causal=True, scale=None) -> numpy.ndarray"
+
+
+class AttentionInputError(ValueError):
+    """Inputs that no attention implementation can give a meaningful answer for."""
+
+
+class ContractViolation(TypeError):
+    """An implementation returned something the contract does not allow."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an implementation declares; tests needing more are skipped, naming what is missing."""
+
+    dtypes: tuple[str, ...]
+    autograd: bool = False
+    cross_length: bool = True  # Tq < Tk, bottom-right aligned
+    explicit_scale: bool = True
+    non_causal: bool = True
+    head_dims: tuple[int, ...] | None = None  # None: every D >= 1
+    exposes_weights: bool = False  # has attention_weights(), the (B, H, Tq, Tk) softmax
+
+    def __post_init__(self) -> None:
+        if not self.dtypes:
+            raise ValueError("Capabilities.dtypes is empty: declare at least one dtype")
+        for dtype in self.dtypes:
+            check_dtype(dtype)
+
+    def supports_head_dim(self, head_dim: int) -> bool:
+        return self.head_dims is None or head_dim in self.head_dims
+
+    def describe(self) -> str:
+        flags = [
+            name
+            for name, on in (
+                ("autograd", self.autograd),
+                ("Tq<Tk", self.cross_length),
+                ("scale", self.explicit_scale),
+                ("non-causal", self.non_causal),
+                ("weights", self.exposes_weights),
+            )
+            if on
+        ]
+        dims = "any D" if self.head_dims is None else "D in " + ",".join(map(str, self.head_dims))
+        return f"{'/'.join(self.dtypes)}; {', '.join(flags) or 'causal only'}; {dims}"
+
+
+class Implementation(ABC):
+    """An attention implementation under test.
+
+    Subclasses set ``name``, ``family`` and ``capabilities`` and implement :meth:`attention` on
+    native arrays, plus the conversions. Everything else has a working default.
+    """
+
+    name: str
+    family: str  # the array library: numpy, torch, cupy, ...
+    capabilities: Capabilities
+    device: str = "cpu"
+
+    def version(self) -> str:
+        return "unknown"
+
+    def unavailable_reason(self) -> str | None:
+        """Why this implementation cannot run on this machine, or None when it can."""
+        return None
+
+    # --- conversions -------------------------------------------------------------------------
+
+    @abstractmethod
+    def from_numpy(self, array: np.ndarray, dtype: str) -> Any:
+        """A native array of ``dtype`` holding ``array`` (float64, already exact in ``dtype``)."""
+
+    @abstractmethod
+    def to_numpy(self, native: Any) -> np.ndarray:
+        """A NumPy copy of a native array (bfloat16 may come back as float32)."""
+
+    @abstractmethod
+    def dtype_name(self, native: Any) -> str:
+        """The name (as in :data:`impls.dtypes.DTYPES`) of a native array's dtype."""
+
+    def device_of(self, native: Any) -> str:
+        return self.device
+
+    # --- the computation ---------------------------------------------------------------------
+
+    @abstractmethod
+    def attention(self, q: Any, k: Any, v: Any, *, causal: bool = True, scale: float | None = None):
+        """softmax(mask(q k^T * scale)) v on native arrays, returning a native array."""
+
+    def attention_weights(self, q: Any, k: Any, *, causal: bool = True, scale: float | None = None):
+        """The (B, H, Tq, Tk) attention weights, where ``capabilities.exposes_weights``."""
+        raise NotImplementedError(f"{self.name} does not expose attention weights")
+
+    def vjp(self, q, k, v, grad_out, *, causal: bool = True, scale: float | None = None):
+        """Gradients (dq, dk, dv) of sum(out * grad_out), where ``capabilities.autograd``."""
+        raise NotImplementedError(f"{self.name} does not support autograd")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} ({self.family}, {self.device})>"
+
+
+class NumpyArrays:
+    """Conversions for implementations whose native arrays are NumPy arrays."""
+
+    family = "numpy"
+
+    def version(self) -> str:
+        return f"numpy {np.__version__}"
+
+    def from_numpy(self, array: np.ndarray, dtype: str) -> np.ndarray:
+        if dtype == "bfloat16":
+            raise ContractViolation("NumPy has no bfloat16 dtype")
+        return np.ascontiguousarray(array, dtype=numpy_storage(dtype))
+
+    def to_numpy(self, native: Any) -> np.ndarray:
+        if not isinstance(native, np.ndarray):
+            raise ContractViolation(
+                f"{self.name} returned {type(native).__module__}.{type(native).__qualname__}, "
+                "but should return numpy.ndarray"
+            )
+        return native
+
+    def dtype_name(self, native: Any) -> str:
+        return str(self.to_numpy(native).dtype)
+
+
+def validate_inputs(q, k, v, *, causal: bool, scale: float | None) -> None:
+    """Raise :class:`AttentionInputError` naming the problem when (q, k, v, scale) are invalid.
+
+    Works on any array with ``.ndim``, ``.shape`` and ``.dtype``; shared by the built-ins so every
+    one of them rejects the same inputs with the same words.
+    """
+    for label, array in (("q", q), ("k", k), ("v", v)):
+        if array.ndim != 4:
+            raise AttentionInputError(
+                f"{label}.ndim={array.ndim} (shape {tuple(array.shape)}), "
+                "but should be 4: (B, H, T, D)"
+            )
+    (bq, hq, tq, dq), (bk, hk, tk, dk), (bv, hv, tv, _) = q.shape, k.shape, v.shape
+    if not (bq == bk == bv and hq == hk == hv):
+        raise AttentionInputError(
+            f"batch and head dims differ: q {tuple(q.shape)}, k {tuple(k.shape)}, "
+            f"v {tuple(v.shape)}; "
+            "B and H must match"
+        )
+    if dq != dk:
+        raise AttentionInputError(f"q has D={dq} but k has D={dk}: query and key dims must match")
+    if tk != tv:
+        raise AttentionInputError(f"k has Tk={tk} but v has Tk={tv}: keys and values must pair up")
+    if 0 in tuple(q.shape) + tuple(k.shape) + tuple(v.shape):
+        raise AttentionInputError(
+            f"empty dimension in q {tuple(q.shape)}, k {tuple(k.shape)} or v {tuple(v.shape)}: "
+            "every dim must be at least 1"
+        )
+    if causal and tq > tk:
+        raise AttentionInputError(
+            f"causal attention with Tq={tq} > Tk={tk}: bottom-right alignment leaves the first "
+            f"{tq - tk} query rows with no key to attend to"
+        )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise AttentionInputError(f"dtypes differ: q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)):
+            raise AttentionInputError(f"scale={scale!r}, but should be a real number or None")
+        if not math.isfinite(float(scale)):
+            raise AttentionInputError(f"scale={scale!r}, but should be finite")
+
+
+def resolve_scale(scale: float | None, head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+
+
+def causal_mask(tq: int, tk: int) -> np.ndarray:
+    """Boolean (Tq, Tk) mask, True where query i may see key j: j <= i + Tk - Tq."""
+    return np.tril(np.ones((tq, tk), dtype=bool), k=tk - tq)
+
+
+class PlainCallable(NumpyArrays, Implementation):
+    """A plain callable with the :data:`PLAIN_SIGNATURE` contract, as an implementation."""
+
+    capabilities = Capabilities(dtypes=("float64", "float32"))
+
+    def __init__(self, fn: Callable, name: str):
+        check_plain_signature(fn, name)
+        self.fn = fn
+        self.name = name
+
+    def version(self) -> str:
+        module = inspect.getmodule(self.fn)
+        version = getattr(module, "__version__", None) if module else None
+        return f"{self.name} {version}" if version else f"plain callable, numpy {np.__version__}"
+
+    def attention(self, q, k, v, *, causal=True, scale=None):
+        return self.fn(q, k, v, causal=causal, scale=scale)
+
+
+def check_plain_signature(fn: Callable, name: str) -> None:
+    """Raise TypeError unless ``fn`` can be called as (q, k, v, causal=..., scale=...)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # builtins without a signature: the first call will tell
+    try:
+        signature.bind(None, None, None, causal=True, scale=None)
+    except TypeError as exc:
+        raise TypeError(
+            f"{name} has signature {signature}, which cannot be called as {PLAIN_SIGNATURE} ({exc})"
+        ) from None
+
+
+__all__ = [
+    "DTYPES",
+    "PLAIN_SIGNATURE",
+    "AttentionInputError",
+    "Capabilities",
+    "ContractViolation",
+    "Implementation",
+    "NumpyArrays",
+    "PlainCallable",
+    "causal_mask",
+    "check_plain_signature",
+    "resolve_scale",
+    "validate_inputs",
+]

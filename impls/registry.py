@@ -1,0 +1,127 @@
+"""Find implementations by name: built-ins, ``attnspec.impls`` entry points, ``module:attr``.
+
+Every way of naming an implementation that does not lead to one is a :class:`RegistryError` that
+says what was asked for, what went wrong and what is available, never an empty selection.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+from impls.contract import PLAIN_SIGNATURE, Implementation, PlainCallable
+
+ENTRY_POINT_GROUP = "attnspec.impls"
+
+
+class RegistryError(LookupError):
+    """A name that does not resolve to an implementation."""
+
+
+@dataclass(frozen=True)
+class Builtin:
+    module: str
+    factory: str
+    kwargs: tuple[tuple[str, str], ...] = ()
+    note: str = ""
+
+    def create(self) -> Implementation:
+        module = importlib.import_module(self.module)
+        return getattr(module, self.factory)(**dict(self.kwargs))
+
+
+BUILTINS: dict[str, Builtin] = {
+    "numpy_reference": Builtin(
+        "impls.numpy_reference", "NumpyReference", note="float64 oracle, the literal formula"
+    ),
+    "numpy": Builtin("impls.numpy_vectorised", "NumpyVectorised", note="vectorised NumPy"),
+    "torch_eager": Builtin("impls.torch_backend", "TorchEager", note="the formula in torch ops"),
+    "torch_sdpa": Builtin(
+        "impls.torch_backend", "TorchSdpa", note="F.scaled_dot_product_attention"
+    ),
+    "torch_eager_cuda": Builtin(
+        "impls.torch_backend", "TorchEager", (("device", "cuda"),), note="torch_eager on CUDA"
+    ),
+    "torch_sdpa_cuda": Builtin(
+        "impls.torch_backend", "TorchSdpa", (("device", "cuda"),), note="torch_sdpa on CUDA"
+    ),
+}
+
+
+def entry_point_names() -> list[str]:
+    return sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+
+
+def available_names() -> str:
+    """One line naming everything that can be selected, for error messages."""
+    line = "built-in: " + ", ".join(BUILTINS)
+    extra = entry_point_names()
+    if extra:
+        line += "; entry points: " + ", ".join(extra)
+    return line + "; or package.module:attribute"
+
+
+def builtin_implementations() -> list[Implementation]:
+    return [BUILTINS[name].create() for name in BUILTINS]
+
+
+def resolve(name: str) -> Implementation:
+    """The implementation called ``name`` (built-in, entry point or ``package.module:attr``)."""
+    name = name.strip()
+    if not name:
+        raise RegistryError(f"empty implementation name; available: {available_names()}")
+    if name in BUILTINS:
+        return BUILTINS[name].create()
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            try:
+                target = ep.load()
+            except Exception as exc:
+                raise RegistryError(
+                    f"entry point {name!r} ({ep.value}) failed to load: {type(exc).__name__}: {exc}"
+                ) from exc
+            return coerce(target, name)
+    if ":" in name:
+        return coerce(_import_attribute(name), name)
+    hint = " (to import one, write package.module:attribute)" if "." in name else ""
+    raise RegistryError(f"unknown implementation {name!r}{hint}; available: {available_names()}")
+
+
+def _import_attribute(spec: str) -> object:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise RegistryError(f"{spec!r}: expected package.module:attribute")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise RegistryError(
+            f"{spec!r}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    target: object = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            public = sorted(n for n in dir(module) if not n.startswith("_"))
+            raise RegistryError(
+                f"{spec!r}: module {module_name!r} has no attribute {attribute!r}; "
+                f"it has: {', '.join(public) or 'nothing public'}"
+            )
+        target = getattr(target, part)
+    return target
+
+
+def coerce(target: object, name: str) -> Implementation:
+    """An Implementation from an instance, a subclass, or a plain callable."""
+    if isinstance(target, Implementation):
+        return target
+    if isinstance(target, type) and issubclass(target, Implementation):
+        return target()
+    if callable(target):
+        try:
+            return PlainCallable(target, name)
+        except TypeError as exc:
+            raise RegistryError(str(exc)) from None
+    raise RegistryError(
+        f"{name!r} is a {type(target).__qualname__}, which is neither an attnspec Implementation "
+        f"nor a callable {PLAIN_SIGNATURE}"
+    )

@@ -1,0 +1,144 @@
+"""Load and validate the claim catalogue (``claims.toml``).
+
+The catalogue is data so that tests, reports and ``attnspec explain`` all read the same source.
+Loading validates it: a malformed catalogue is a bug in the specification and must fail loudly,
+naming the entry, before any implementation is judged against it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+CATALOGUE_PATH = Path(__file__).with_name("claims.toml")
+
+LEVELS = ("MUST", "SHOULD", "INFO")
+CHECKED_ON = ("implementations", "mathematics", "both")
+GROUPS = ("scores", "mask", "softmax", "output", "contract")
+_REQUIRED = ("id", "level", "section", "group", "statement", "checked_on")
+_OPTIONAL = ("follows_from", "erratum")
+
+
+class CatalogueError(ValueError):
+    """The claim catalogue is malformed."""
+
+
+@dataclass(frozen=True)
+class Section:
+    key: str
+    number: int
+    title: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    level: str
+    section: Section
+    group: str
+    statement: str
+    checked_on: str
+    follows_from: tuple[str, ...] = ()
+    erratum: str | None = None
+
+    @property
+    def fails_run(self) -> bool:
+        """Whether a failure of this claim fails the run without ``--strict``."""
+        return self.level == "MUST"
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    claims: dict[str, Claim]
+    sections: dict[str, Section]
+
+    def __getitem__(self, claim_id: str) -> Claim:
+        try:
+            return self.claims[claim_id]
+        except KeyError:
+            raise KeyError(
+                f"unknown claim {claim_id!r}; the catalogue has: {', '.join(self.claims)}"
+            ) from None
+
+    def __contains__(self, claim_id: object) -> bool:
+        return claim_id in self.claims
+
+    def __iter__(self):
+        return iter(self.claims.values())
+
+    def __len__(self) -> int:
+        return len(self.claims)
+
+    def matching(self, patterns: list[str]) -> list[Claim]:
+        """Claims whose ID matches any of the shell-style ``patterns`` (``MASK-*``)."""
+        return [c for c in self if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
+
+
+def parse_catalogue(text: str, source: str = "<catalogue>") -> Catalogue:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise CatalogueError(f"{source}: not valid TOML: {exc}") from None
+
+    sections = {}
+    for key, entry in data.get("sections", {}).items():
+        if not isinstance(entry.get("number"), int) or not isinstance(entry.get("title"), str):
+            raise CatalogueError(f"{source}: section {key!r} needs an integer number and a title")
+        sections[key] = Section(key=key, number=entry["number"], title=entry["title"])
+
+    raw_claims = data.get("claim", [])
+    if not raw_claims:
+        raise CatalogueError(f"{source}: no [[claim]] entries")
+
+    claims: dict[str, Claim] = {}
+    for position, entry in enumerate(raw_claims, start=1):
+        where = f"{source}: claim #{position} ({entry.get('id', 'no id')})"
+        missing = [f for f in _REQUIRED if f not in entry]
+        if missing:
+            raise CatalogueError(f"{where}: missing field(s) {', '.join(missing)}")
+        unknown = sorted(set(entry) - set(_REQUIRED) - set(_OPTIONAL))
+        if unknown:
+            raise CatalogueError(f"{where}: unknown field(s) {', '.join(unknown)}")
+        if entry["id"] in claims:
+            raise CatalogueError(f"{where}: duplicate claim ID {entry['id']!r}")
+        _require_choice(where, "level", entry["level"], LEVELS)
+        _require_choice(where, "checked_on", entry["checked_on"], CHECKED_ON)
+        _require_choice(where, "group", entry["group"], GROUPS)
+        _require_choice(where, "section", entry["section"], tuple(sections))
+        if not entry["statement"].strip():
+            raise CatalogueError(f"{where}: empty statement")
+        claims[entry["id"]] = Claim(
+            id=entry["id"],
+            level=entry["level"],
+            section=sections[entry["section"]],
+            group=entry["group"],
+            statement=entry["statement"].strip(),
+            checked_on=entry["checked_on"],
+            follows_from=tuple(entry.get("follows_from", ())),
+            erratum=entry.get("erratum"),
+        )
+
+    for claim in claims.values():
+        dangling = [ref for ref in claim.follows_from if ref not in claims]
+        if dangling:
+            raise CatalogueError(
+                f"{source}: claim {claim.id} follows_from unknown claim(s) {', '.join(dangling)}"
+            )
+        if claim.id in claim.follows_from:
+            raise CatalogueError(f"{source}: claim {claim.id} follows from itself")
+    return Catalogue(claims=claims, sections=sections)
+
+
+def _require_choice(where: str, field: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise CatalogueError(
+            f"{where}: {field}={value!r}, but should be one of {', '.join(choices)}"
+        )
+
+
+@cache
+def load_catalogue(path: Path = CATALOGUE_PATH) -> Catalogue:
+    return parse_catalogue(path.read_text(encoding="utf-8"), source=str(path))

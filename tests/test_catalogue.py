@@ -1,0 +1,86 @@
+"""The claim catalogue: complete against the document's claim list, and validated on load."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from spec import CatalogueError, load_catalogue, parse_catalogue
+
+SEED_README = Path(__file__).resolve().parents[2] / "shared" / "seed" / "README.md"
+
+VALID = """
+[sections.mask]
+number = 2
+title = "Mask"
+
+[[claim]]
+id = "A"
+level = "MUST"
+section = "mask"
+group = "mask"
+statement = "A holds."
+checked_on = "implementations"
+"""
+
+
+def test_catalogue_has_exactly_the_documents_claims():
+    if not SEED_README.exists():
+        pytest.skip(f"the document's claim list is not at {SEED_README}")
+    listed = set(re.findall(r"^- `([A-Z0-9-]+)`", SEED_README.read_text(encoding="utf-8"), re.M))
+    assert listed, f"no claim IDs found in {SEED_README}"
+    catalogue = {claim.id for claim in load_catalogue()}
+    assert catalogue == listed, (
+        f"missing from catalogue: {sorted(listed - catalogue)}; "
+        f"not in the document: {sorted(catalogue - listed)}"
+    )
+
+
+def test_erratum_of_dot_growth_is_recorded():
+    assert "unit-norm" in load_catalogue()["DOT-GROWTH"].erratum
+
+
+def test_valid_catalogue_parses():
+    catalogue = parse_catalogue(VALID)
+    assert [c.id for c in catalogue] == ["A"]
+    assert catalogue["A"].section.number == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t: t + t[t.index("[[claim]]") :], "duplicate claim ID 'A'"),
+        (lambda t: t.replace('level = "MUST"', 'level = "MAY"'), "level='MAY', but should be"),
+        (lambda t: t.replace('section = "mask"', 'section = "nowhere"'), "section='nowhere'"),
+        (lambda t: t.replace('group = "mask"', 'group = "misc"'), "group='misc'"),
+        (lambda t: t.replace('statement = "A holds."\n', ""), "missing field(s) statement"),
+        (lambda t: t + 'follows_from = ["B"]\n', "follows_from unknown claim(s) B"),
+        (lambda t: t + 'follows_from = ["A"]\n', "follows from itself"),
+        (lambda t: t + 'colour = "red"\n', "unknown field(s) colour"),
+        (lambda t: t.replace("[[claim]]", "[[claims]]"), "no [[claim]] entries"),
+        (lambda t: t + "= broken", "not valid TOML"),
+    ],
+    ids=[
+        "duplicate",
+        "level",
+        "section",
+        "group",
+        "missing",
+        "dangling",
+        "self",
+        "unknown",
+        "none",
+        "toml",
+    ],
+)
+def test_malformed_catalogue_is_rejected_by_name(change, message):
+    with pytest.raises(CatalogueError) as info:
+        parse_catalogue(change(VALID))
+    assert message in str(info.value)
+
+
+def test_unknown_claim_lookup_names_the_claims():
+    with pytest.raises(KeyError, match="MASK-ZERO"):
+        load_catalogue()["MASK-NOPE"]

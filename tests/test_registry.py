@@ -1,0 +1,75 @@
+"""Selecting implementations: built-ins, module:attr, entry points, and clear usage errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.selection import select
+from impls import PlainCallable, RegistryError, resolve
+from impls.registry import BUILTINS
+
+
+def test_every_builtin_resolves_and_declares_itself():
+    for name in BUILTINS:
+        impl = resolve(name)
+        assert impl.name == name
+        assert impl.family in ("numpy", "torch")
+        assert impl.capabilities.dtypes
+
+
+def test_module_attribute_gives_a_plain_callable():
+    impl = resolve("tests.planted.plain:correct")
+    assert isinstance(impl, PlainCallable)
+    assert impl.capabilities.dtypes == ("float64", "float32")
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (
+            "no_such_impl",
+            "unknown implementation 'no_such_impl'; available: built-in: numpy_reference",
+        ),
+        ("tests.planted.plain", "to import one, write package.module:attribute"),
+        ("tests.planted.nowhere:fn", "importing module 'tests.planted.nowhere' failed"),
+        ("tests.planted.plain:missing", "has no attribute 'missing'; it has: "),
+        (
+            "tests.planted.plain:NOT_CALLABLE",
+            "is a int, which is neither an attnspec Implementation",
+        ),
+        ("tests.planted.plain:wrong_signature", "cannot be called as fn(q, k, v, *, causal=True"),
+        (":correct", "expected package.module:attribute"),
+        ("  ", "empty implementation name"),
+    ],
+)
+def test_bad_names_are_usage_errors_naming_the_problem(name, message):
+    with pytest.raises(RegistryError) as info:
+        resolve(name)
+    assert message in str(info.value)
+
+
+def test_entry_points_are_found(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    import impls.registry as registry
+
+    point = EntryPoint(
+        name="vendor_kernel", value="tests.planted.plain:correct", group=registry.ENTRY_POINT_GROUP
+    )
+    monkeypatch.setattr(registry, "entry_points", lambda group: [point])
+    assert resolve("vendor_kernel").name == "vendor_kernel"
+    assert "entry points: vendor_kernel" in registry.available_names()
+
+
+def test_selection_order_and_sources():
+    assert [s.impl.name for s in select(["numpy,numpy_reference", "numpy"])] == [
+        "numpy",
+        "numpy_reference",
+    ]
+    assert [s.impl.name for s in select(None, {"ATTNSPEC_IMPL": "torch_sdpa"})] == ["torch_sdpa"]
+    assert [s.impl.name for s in select(None, {})] == list(BUILTINS)
+
+
+def test_two_names_for_one_implementation_are_rejected():
+    with pytest.raises(RegistryError, match="both name an implementation called"):
+        select(["numpy", "impls.numpy_vectorised:NumpyVectorised"])

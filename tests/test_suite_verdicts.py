@@ -1,0 +1,81 @@
+"""The suite run end to end on planted bugs: what it rejects, what it accepts, what it prints."""
+
+from __future__ import annotations
+
+import pytest
+
+PLANTED = "tests.planted.plain"
+
+
+def test_scale_bug_fails_naming_the_claim_and_printing_a_reproducer(suite):
+    run = suite("--impl", f"{PLANTED}:scale_by_one_over_d", "-k", "test_formula_at_length")
+    assert run.returncode == 1, run.stdout
+    assert (
+        "[OUT-FORMULA tests.planted.plain:scale_by_one_over_d attention(causal=True" in run.stdout
+    )
+    assert "reproduce: python -m pytest 'conformance/test_output.py::test_formula_at_length[" in (
+        run.stdout
+    )
+    assert "--attnspec-seed 20261129   # B=1 H=2 Tq=" in run.stdout
+    assert "baseline err" in run.stdout
+    assert "at index (" in run.stdout
+    assert "failed MUST OUT-FORMULA" in run.stdout
+
+
+def test_float32_inside_a_float64_implementation_is_caught(suite):
+    run = suite("--impl", f"{PLANTED}:computes_in_float32", "-k", "test_formula_at_length")
+    assert run.returncode == 1, run.stdout
+    assert "float64-1024-causal" in run.stdout
+    assert "dtype=float64" in run.stdout
+
+
+def test_a_correct_plain_callable_conforms(suite):
+    run = suite("--impl", f"{PLANTED}:correct")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "tests.planted.plain:correct  conforms" in run.stdout
+
+
+def test_wrong_result_type_fails_the_contract(suite):
+    run = suite("--impl", f"{PLANTED}:returns_a_list", "-k", "test_output_dtype_shape_device")
+    assert run.returncode == 1
+    assert "returned builtins.list, but should return numpy.ndarray" in run.stdout
+
+
+def test_bad_selection_is_a_usage_error(suite):
+    run = suite("--impl", "no_such_impl")
+    assert run.returncode == 4
+    assert "attnspec: unknown implementation 'no_such_impl'; available: built-in:" in run.stderr
+
+
+def test_claim_pattern_that_matches_nothing_is_a_usage_error(suite):
+    run = suite("--impl", "numpy", "--claims", "NOPE-*")
+    assert run.returncode == 4
+    assert "--claims NOPE-* matches no claim" in run.stderr
+
+
+def test_claims_option_selects_by_claim(suite):
+    run = suite("--impl", "numpy", "--claims", "CONTRACT-DET*", "-q")
+    assert run.returncode == 0
+    assert "2 passed" in run.stdout
+    assert "deselected" in run.stdout
+
+
+def test_run_where_every_implementation_is_skipped_fails(suite):
+    run = suite("--impl", "torch_sdpa_cuda", "--claims", "CONTRACT-DETERMINISM")
+    if "torch_sdpa_cuda cannot run here" not in run.stdout:
+        pytest.skip("torch_sdpa_cuda can run on this machine")
+    assert run.returncode == 5
+    assert "nothing was checked" in run.stdout
+
+
+def test_header_names_implementations_seed_and_profile(suite):
+    run = suite("--impl", "numpy", "--claims", "CONTRACT-DETERMINISM", "--attnspec-seed", "7")
+    assert "attnspec impl numpy: numpy " in run.stdout
+    assert "seed 7" in run.stdout
+    assert "hypothesis profile ci" in run.stdout
+
+
+def test_bad_seed_is_a_usage_error(suite):
+    run = suite("--impl", "numpy", "--attnspec-seed", "minus-one")
+    assert run.returncode == 4
+    assert "seed='minus-one', but should be a whole number" in run.stderr

@@ -1,0 +1,79 @@
+"""The tolerance policy and the oracle it rests on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conformance.tolerance import BUDGETS, compare, max_error, naive_baseline
+from impls.dtypes import DTYPES, UNIT_ROUNDOFF, round_to
+from impls.numpy_reference import reference_attention, reference_vjp
+
+
+def test_every_dtype_has_a_budget_with_a_reason():
+    assert set(BUDGETS) == set(DTYPES)
+    for budget in BUDGETS.values():
+        assert budget.baseline_factor >= 1
+        assert budget.floor_u > 0
+        assert len(budget.reason) > 40
+
+
+def test_bfloat16_rounding_matches_torch():
+    torch = pytest.importorskip("torch")
+    values = np.random.default_rng(0).standard_normal(10_000) * 10.0 ** np.arange(-20, 20, 0.004)
+    ours = round_to(values, "bfloat16")
+    theirs = torch.from_numpy(values).to(torch.bfloat16).double().numpy()
+    np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rounding_error_is_within_unit_roundoff(dtype):
+    values = np.random.default_rng(1).standard_normal(10_000)
+    assert np.max(np.abs(round_to(values, dtype) - values) / np.abs(values)) <= UNIT_ROUNDOFF[dtype]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_naive_baseline_error_grows_with_roundoff(dtype):
+    rng = np.random.default_rng(2)
+    q, k, v = (round_to(rng.standard_normal((1, 2, 50, 16)), dtype) for _ in range(3))
+    error, _ = max_error(naive_baseline(q, k, v, dtype=dtype), reference_attention(q, k, v))
+    assert UNIT_ROUNDOFF[dtype] / 10 < error < 100 * UNIT_ROUNDOFF[dtype]
+
+
+def test_compare_reports_the_worst_index_and_treats_nan_as_infinite():
+    truth = np.zeros((1, 1, 4, 3))
+    actual = truth.copy()
+    actual[0, 0, 2, 1] = 1e-3
+    result = compare(actual, truth, truth, dtype="float32", magnitude=1.0)
+    assert result.worst_index == (0, 0, 2, 1)
+    assert not result.ok
+    actual[0, 0, 3, 0] = np.nan
+    result = compare(actual, truth, truth, dtype="float32", magnitude=1.0)
+    assert result.max_abs == np.inf
+    assert result.worst_index == (0, 0, 3, 0)
+
+
+def test_budget_is_baseline_factor_times_baseline_plus_floor():
+    truth = np.zeros((1, 1, 2, 2))
+    baseline = truth + 1e-6
+    result = compare(truth, truth, baseline, dtype="float32", magnitude=4.0)
+    assert result.allowed == pytest.approx(3.0 * 1e-6 + 2.0 * 2.0**-24 * 4.0)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_oracle_gradients_match_finite_differences(causal):
+    rng = np.random.default_rng(3)
+    q, k = rng.standard_normal((2, 1, 2, 5, 3))
+    v, grad_out = rng.standard_normal((2, 1, 2, 5, 4))
+    analytic = reference_vjp(q, k, v, grad_out, causal=causal, scale=0.7)
+    step = 1e-6
+    for which, array in enumerate((q, k, v)):
+        numeric = np.zeros_like(array)
+        for index in np.ndindex(array.shape):
+            bumped = [x.copy() for x in (q, k, v)]
+            bumped[which][index] += step
+            plus = np.sum(reference_attention(*bumped, causal=causal, scale=0.7) * grad_out)
+            bumped[which][index] -= 2 * step
+            minus = np.sum(reference_attention(*bumped, causal=causal, scale=0.7) * grad_out)
+            numeric[index] = (plus - minus) / (2 * step)
+        np.testing.assert_allclose(analytic[which], numeric, atol=1e-8, rtol=1e-6)
