@@ -87,27 +87,36 @@ def budget_for(dtype: str) -> Budget:
     return BUDGETS[check_dtype(dtype)]
 
 
+def naive_baseline_weights(q, k, *, dtype: str, causal: bool = True, scale: float | None = None):
+    """The weights softmax(mask(q k^T * scale)) as a straightforward kernel in ``dtype`` has them:
+    the score matmul and the weights stored in the dtype, float32 accumulation. Float64 out."""
+    accumulate = _accumulation(dtype)
+    q, k = (_rounded(x, dtype) for x in (q, k))
+    scale = accumulate(resolve_scale(scale, q.shape[-1]))
+    scores = _rounded(_rounded(q @ k.swapaxes(-1, -2), dtype) * scale, dtype)
+    if causal:
+        scores = np.where(causal_mask(*scores.shape[-2:]), scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return _rounded(weights / weights.sum(axis=-1, keepdims=True), dtype).astype(np.float64)
+
+
 def naive_baseline(q, k, v, *, dtype: str, causal: bool = True, scale: float | None = None):
     """The formula in ``dtype``: every intermediate rounded to it, accumulation in float32.
 
     This is what a straightforward kernel in that dtype computes (matmul outputs and the softmax
     weights stored in the dtype), so its error is the yardstick for the dtype. Returns float64.
     """
-    check_dtype(dtype)
-    accumulate = np.float64 if dtype == "float64" else np.float32
+    weights = naive_baseline_weights(q, k, dtype=dtype, causal=causal, scale=scale)
+    accumulate = _accumulation(dtype)
+    return _rounded(weights.astype(accumulate) @ _rounded(v, dtype), dtype).astype(np.float64)
 
-    def rounded(x):
-        return round_to(x, dtype).astype(accumulate)
 
-    q, k, v = (rounded(x) for x in (q, k, v))
-    scores = rounded(
-        rounded(q @ k.swapaxes(-1, -2)) * accumulate(resolve_scale(scale, q.shape[-1]))
-    )
-    if causal:
-        scores = np.where(causal_mask(*scores.shape[-2:]), scores, -np.inf)
-    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    weights = rounded(weights / weights.sum(axis=-1, keepdims=True))
-    return rounded(weights @ v).astype(np.float64)
+def _accumulation(dtype: str):
+    return np.float64 if check_dtype(dtype) == "float64" else np.float32
+
+
+def _rounded(x, dtype: str) -> np.ndarray:
+    return round_to(x, dtype).astype(_accumulation(dtype))
 
 
 @dataclass(frozen=True)

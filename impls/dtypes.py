@@ -18,6 +18,12 @@ UNIT_ROUNDOFF = {
     "float16": 2.0**-11,
     "bfloat16": 2.0**-8,
 }
+SMALLEST_SUBNORMAL = {
+    "float64": 2.0**-1074,
+    "float32": 2.0**-149,
+    "float16": 2.0**-24,
+    "bfloat16": 2.0**-133,
+}
 LARGEST_FINITE = {
     "float64": float(np.finfo(np.float64).max),
     "float32": float(np.finfo(np.float32).max),
