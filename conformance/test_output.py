@@ -5,10 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.assertions import assert_matches_oracle, assert_shape, fail
+from conformance.assertions import (
+    assert_matches_oracle,
+    assert_shape,
+    assert_within_budget,
+    fail,
+)
 from conformance.harness import Case
+from conformance.tolerance import compare, max_error, naive_baseline, naive_baseline_vjp
+from impls.dtypes import UNIT_ROUNDOFF, round_to
+from impls.numpy_reference import reference_attention, reference_scores, reference_vjp
 
-LENGTHS = (1, 2, 3, 17, 63, 64, 65, 127, 129, 1024)
+LENGTHS = (1, 2, 3, 17, 63, 64, 65, 97, 113, 127, 128, 129, 1023, 1024, 1025)
 HEAD_DIMS = (1, 2, 3, 8, 16, 32, 40, 64, 80, 96, 128, 160, 256)
 CROSS_LENGTHS = ((1, 1), (1, 17), (1, 239), (3, 799), (17, 64), (63, 129), (64, 1024))
 SCALES = (0.0, 0.01, 0.3, 1.0, 2.5)
@@ -81,3 +89,150 @@ def test_head_output_shape(subject, case):
         )
     if not np.isfinite(out).all():
         fail("OUT-HEAD-SHAPE", subject, case, "out has non-finite entries for finite inputs")
+
+
+@pytest.mark.claim("OUT-CONVEX")
+@pytest.mark.parametrize("causal", [True, False], ids=causal_id)
+def test_rows_are_convex_mixes_of_visible_values(subject, dtype, causal):
+    """out[i] within [min, max] of V[0..i] per coordinate, up to the rounding a weighted sum of
+    Tk terms may commit: (4 u(dtype) + Tk u(accumulation)) max|V|."""
+    case = Case(batch=2, heads=2, tq=45, tk=60, head_dim=16, dtype=dtype, causal=causal)
+    q, k, v = subject.inputs(case, spread=2.0)
+    out = subject.call(case, q, k, v)
+    accumulation = "float64" if dtype == "float64" else "float32"
+    slack = (4 * UNIT_ROUNDOFF[dtype] + case.tk * UNIT_ROUNDOFF[accumulation]) * np.abs(v).max()
+    offset = case.tk - case.tq
+    for i in range(case.tq):
+        seen = v[..., : i + offset + 1, :] if causal else v
+        low, high = seen.min(axis=-2) - slack, seen.max(axis=-2) + slack
+        row = out[..., i, :]
+        outside = ~((row >= low) & (row <= high))
+        if outside.any():
+            b, h, c = np.argwhere(outside)[0]
+            fail(
+                "OUT-CONVEX",
+                subject,
+                case,
+                f"out[{b}, {h}, {i}, {c}]={row[b, h, c]!r}, but "
+                f"should lie in [{low[b, h, c]:.6g}, {high[b, h, c]:.6g}], the range of the "
+                "values it mixes",
+            )
+
+
+@pytest.mark.claim("OUT-AFFINE")
+@pytest.mark.parametrize(("a", "c"), [(2.0, 0.0), (-0.5, 3.0), (1.0, -1e3)])
+def test_output_is_affine_in_values(subject, dtype, a, c):
+    """attention(aV + c) = a attention(V) + c, each side within its budget of the truth."""
+    case = Case(batch=1, heads=2, tq=40, head_dim=16, dtype=dtype)
+    q, k, v = subject.inputs(case)
+    moved = round_to(a * v + c, dtype)
+    plain = subject.call(case, q, k, v)
+    expected = a * plain + c
+    comparison = assert_matches_oracle(
+        "OUT-AFFINE", subject, case, subject.call(case, q, k, moved), q, k, moved
+    )
+    plain_budget = compare(
+        plain,
+        reference_attention(q, k, v),
+        naive_baseline(q, k, v, dtype=dtype),
+        dtype=dtype,
+        magnitude=float(np.abs(v).max()),
+        max_score=float(np.abs(reference_scores(q, k)).max()),
+    ).allowed
+    # Rounding aV + c to the dtype moves each value by up to u |aV + c|.
+    allowed = (
+        comparison.allowed + abs(a) * plain_budget + UNIT_ROUNDOFF[dtype] * np.abs(moved).max()
+    )
+    error, index = max_error(subject.call(case, q, k, moved), expected)
+    if not error <= allowed:
+        fail(
+            "OUT-AFFINE",
+            subject,
+            case,
+            f"attention({a:g} V + {c:g}) differs from {a:g} "
+            f"attention(V) + {c:g} by {error:.3e} at {index}, but should be within {allowed:.3e}",
+        )
+
+
+ANDREA = dict(d_model=768, heads=12, d_k=64, t=1024)
+
+
+@pytest.mark.claim("OUT-MULTIHEAD")
+def test_andrea_heads_in_parallel_equal_heads_one_at_a_time(subject, dtype):
+    """ANDREA-120M's attention: x (1024, 768) -> Q, K, V -> 12 heads of (1024, 64) -> concat in
+    head order (1024, 768) -> W_O (1024, 768). All heads in one call must equal one call per head,
+    and both the float64 truth, within budget."""
+    t, d_model, heads, d_k = ANDREA["t"], ANDREA["d_model"], ANDREA["heads"], ANDREA["d_k"]
+    case = Case(batch=1, heads=heads, tq=t, head_dim=d_k, dtype=dtype)
+    subject.require(case)
+    rng = subject.rng
+    x = rng.standard_normal((t, d_model))
+    w_q, w_k, w_v, w_o = rng.standard_normal((4, d_model, d_model)) / np.sqrt(d_model)
+
+    def split_heads(m):  # (T, d_model) -> (1, H, T, d_k)
+        return round_to(m.reshape(t, heads, d_k).transpose(1, 0, 2)[None], dtype)
+
+    q, k, v = split_heads(x @ w_q), split_heads(x @ w_k), split_heads(x @ w_v)
+
+    def merge_heads(o):  # (1, H, T, d_k) -> (T, d_model), heads in order
+        return o[0].transpose(1, 0, 2).reshape(t, d_model)
+
+    together = subject.call(case, q, k, v)  # (1, H, T, d_k)
+    one_head = case.with_(heads=1)
+    apart = np.concatenate(
+        [
+            subject.call(one_head, q[:, h : h + 1], k[:, h : h + 1], v[:, h : h + 1])
+            for h in range(heads)
+        ],
+        axis=1,
+    )  # (1, H, T, d_k)
+    assert_shape(
+        "OUT-MULTIHEAD", subject, case, "merged heads", merge_heads(together).shape, (t, d_model)
+    )
+    comparison = assert_matches_oracle("OUT-MULTIHEAD", subject, case, together, q, k, v)
+    error, index = max_error(apart, together)
+    if not error <= 2 * comparison.allowed:
+        fail(
+            "OUT-MULTIHEAD",
+            subject,
+            case,
+            f"heads one at a time differ from all at once by "
+            f"{error:.3e} at {index}, but should be within {2 * comparison.allowed:.3e}",
+        )
+    projected = merge_heads(together) @ w_o  # (T, d_model)
+    truth = merge_heads(reference_attention(q, k, v)) @ w_o
+    # W_O mixes the 768 columns: the error grows by at most the largest row sum of |W_O|.
+    allowed = comparison.allowed * np.abs(w_o).sum(axis=0).max()
+    error, index = max_error(projected, truth)
+    if not error <= allowed:
+        fail(
+            "OUT-MULTIHEAD",
+            subject,
+            case,
+            f"concat(heads) @ W_O differs from the truth by "
+            f"{error:.3e} at {index}, but should be within {allowed:.3e}",
+        )
+
+
+@pytest.mark.claim("OUT-GRAD")
+@pytest.mark.parametrize("causal", [True, False], ids=causal_id)
+def test_gradients_match_the_oracle(subject, dtype, causal):
+    case = Case(batch=2, heads=2, tq=37, tk=53, head_dim=16, dtype=dtype, causal=causal)
+    subject.require(case, autograd=True)
+    q, k, v = subject.inputs(case)
+    grad_out = round_to(subject.rng.standard_normal(case.out_shape), dtype)
+    grads = subject.impl.vjp(*subject.to_native(case, q, k, v, grad_out), causal=causal, scale=None)
+    truths = reference_vjp(q, k, v, grad_out, causal=causal)
+    baselines = naive_baseline_vjp(q, k, v, grad_out, dtype=dtype, causal=causal)
+    for name, grad, truth, baseline in zip(
+        ("dq", "dk", "dv"), grads, truths, baselines, strict=True
+    ):
+        comparison = compare(
+            subject.impl.to_numpy(grad).astype(np.float64),
+            truth,
+            baseline,
+            dtype=dtype,
+            magnitude=float(np.abs(truth).max()),
+            max_score=float(np.abs(reference_scores(q, k)).max()),
+        )
+        assert_within_budget("OUT-GRAD", subject, case, name, comparison)

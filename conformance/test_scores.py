@@ -3,6 +3,7 @@ scaling and its exact form, and what the softmax does without it."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -10,7 +11,6 @@ import pytest
 
 from conformance.assertions import (
     assert_equal,
-    assert_identical,
     assert_matches_oracle,
     assert_shape,
     assert_within_budget,
@@ -18,7 +18,7 @@ from conformance.assertions import (
 )
 from conformance.harness import Case
 from conformance.probe import all_weights
-from conformance.tolerance import compare, naive_baseline_weights
+from conformance.tolerance import compare, max_error, naive_baseline_weights
 from impls.contract import causal_mask, resolve_scale
 from impls.dtypes import SMALLEST_SUBNORMAL
 from impls.numpy_reference import reference_attention, reference_scores, reference_weights
@@ -179,7 +179,7 @@ def test_scaled_scores_have_unit_scale(d_k):
     """q . k / sqrt(d_k) has variance 1 and fourth moment 3 + 6 / d_k, for every d_k."""
     dots = sample_dot_products(np.random.default_rng([MATH_SEED, d_k, 2]), d_k, 8000)
     scaled = dots / math.sqrt(d_k)
-    observed, bound = check_variance("SCALE-UNIT", f"d_k={d_k}", scaled, 1.0, 3 + 6 / d_k)
+    _observed, bound = check_variance("SCALE-UNIT", f"d_k={d_k}", scaled, 1.0, 3 + 6 / d_k)
     assert abs(float(np.mean(dots**2)) - 1.0) > bound  # and the same bound rejects the unscaled
 
 
@@ -214,17 +214,27 @@ def test_explicit_scale_overrides_the_default(subject, dtype):
 
 @pytest.mark.claim("SCALE-FORMULA")
 def test_andrea_default_scale_is_exactly_one_eighth(subject, dtype):
-    """For d_k = 64, sqrt(64) = 8 exactly, so the default must be bit for bit the same as an
-    explicit scale of 0.125."""
+    """For d_k = 64, sqrt(64) = 8 exactly, so the default scale is exactly 0.125 (checked on the
+    arithmetic), and an implementation's default output agrees with its output for an explicit
+    0.125 within the dtype's budget. Bit identity is not required: the two calls may take code
+    paths that round differently (a float64 default path in a float32 kernel, say)."""
     assert resolve_scale(None, ANDREA_D_K) == 0.125
     assert np.float32(1.0) / np.sqrt(np.float32(ANDREA_D_K)) == np.float32(0.125)
     case = Case(batch=1, heads=2, tq=70, head_dim=ANDREA_D_K, dtype=dtype)
     q, k, v = subject.inputs(case)
-    default = subject.call(case, q, k, v)
-    explicit = subject.call(case.with_(scale=0.125), q, k, v)
-    assert_identical(
-        "SCALE-FORMULA", subject, case, "out(scale=None) vs out(scale=0.125)", default, explicit
+    explicit = case.with_(scale=0.125)
+    comparison = assert_matches_oracle(
+        "SCALE-FORMULA", subject, explicit, subject.call(explicit, q, k, v), q, k, v
     )
+    error, index = max_error(subject.call(case, q, k, v), subject.call(explicit, q, k, v))
+    if not error <= comparison.allowed:
+        fail(
+            "SCALE-FORMULA",
+            subject,
+            case,
+            f"out(scale=None) differs from out(scale=0.125) by "
+            f"{error:.3e} at {index}, but should be within {comparison.allowed:.3e}",
+        )
 
 
 @pytest.mark.claim("SCALE-FORMULA")
@@ -296,14 +306,15 @@ def test_unscaled_softmax_saturates_and_scaled_one_does_not():
     scaled = [saturation(d, 1 / math.sqrt(d)) for d in dims]
     report = "\n".join(
         f"d_k={d:5d}: unscaled max weight {u[0]:.3f}, vanishing rows {u[1]:.2f}, median |J| "
-        f"{u[2]:.2e}; scaled max weight {s[0]:.3f}, vanishing rows {s[1]:.2f}, median |J| {s[2]:.2e}"
+        f"{u[2]:.2e}; scaled max weight {s[0]:.3f}, vanishing rows {s[1]:.2f}, "
+        f"median |J| {s[2]:.2e}"
         for d, u, s in zip(dims, unscaled, scaled, strict=True)
     )
     vanishing = [u[1] for u in unscaled]
     checks = [
         all(u[0] >= 0.75 for u in unscaled),
         vanishing[0] >= 0.15 and min(vanishing[2:]) >= 0.5,
-        all(a <= b for a, b in zip(vanishing, vanishing[1:])),
+        all(a <= b for a, b in itertools.pairwise(vanishing)),
         all(s[0] <= 0.15 for s in scaled),
         all(s[1] == 0 for s in scaled),
         all(abs(s[2] / scaled[0][2] - 1) <= 0.2 for s in scaled),

@@ -111,6 +111,24 @@ def naive_baseline(q, k, v, *, dtype: str, causal: bool = True, scale: float | N
     return _rounded(weights.astype(accumulate) @ _rounded(v, dtype), dtype).astype(np.float64)
 
 
+def naive_baseline_vjp(q, k, v, grad_out, *, dtype: str, causal=True, scale=None):
+    """Gradients (dq, dk, dv) as a straightforward backward pass in ``dtype`` computes them: the
+    oracle's steps (see ``reference_vjp``) with every intermediate rounded to the dtype."""
+    accumulate = _accumulation(dtype)
+    q, k, v, grad_out = (_rounded(x, dtype) for x in (q, k, v, grad_out))
+    weights = naive_baseline_weights(q, k, dtype=dtype, causal=causal, scale=scale).astype(
+        accumulate
+    )
+    scale = accumulate(resolve_scale(scale, q.shape[-1]))
+    grad_v = _rounded(weights.swapaxes(-1, -2) @ grad_out, dtype)
+    grad_weights = _rounded(grad_out @ v.swapaxes(-1, -2), dtype)
+    row_dot = (grad_weights * weights).sum(axis=-1, keepdims=True)
+    grad_scores = _rounded(weights * (grad_weights - row_dot), dtype)
+    grad_q = _rounded(scale * grad_scores @ k, dtype)
+    grad_k = _rounded(scale * grad_scores.swapaxes(-1, -2) @ q, dtype)
+    return tuple(g.astype(np.float64) for g in (grad_q, grad_k, grad_v))
+
+
 def _accumulation(dtype: str):
     return np.float64 if check_dtype(dtype) == "float64" else np.float32
 

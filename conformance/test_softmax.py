@@ -1,0 +1,164 @@
+"""Section 3, softmax: the weights recovered from any implementation are a distribution over the
+visible keys, ordered like the scores, and unmoved by shifts and large scores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conformance.assertions import assert_within_budget, fail
+from conformance.harness import Case
+from conformance.probe import all_weights
+from conformance.tolerance import compare, naive_baseline
+from impls.contract import causal_mask
+from impls.dtypes import UNIT_ROUNDOFF, round_to
+from impls.numpy_reference import reference_attention, reference_scores
+
+WEIGHT_CASES = [
+    Case(batch=2, heads=2, tq=65, head_dim=16),
+    Case(batch=1, heads=2, tq=3, tk=40, head_dim=8),
+    Case(batch=1, heads=1, tq=129, head_dim=32, causal=False),
+]
+WEIGHT_IDS = ["square", "Tq<Tk", "non-causal"]
+
+
+def weights_of(subject, case, spread=1.5):
+    q, k, _ = subject.inputs(case, spread=spread)
+    return q, k, all_weights(subject, case, q, k)
+
+
+@pytest.mark.claim("SOFTMAX-NONNEG")
+@pytest.mark.parametrize("case", WEIGHT_CASES, ids=WEIGHT_IDS)
+def test_weights_are_non_negative(subject, dtype, case):
+    case = case.with_(dtype=dtype)
+    _, _, found = weights_of(subject, case)
+    for source, weights in found:
+        if not (weights >= 0).all():  # NaN fails too
+            index = tuple(int(i) for i in np.argwhere(~(weights >= 0))[0])
+            fail(
+                "SOFTMAX-NONNEG",
+                subject,
+                case,
+                f"{source} weights{list(index)}={weights[index]!r}, but should be >= 0",
+            )
+
+
+@pytest.mark.claim("SOFTMAX-ROWSUM")
+@pytest.mark.parametrize("case", WEIGHT_CASES, ids=WEIGHT_IDS)
+def test_rows_sum_to_one_over_visible_keys(subject, dtype, case):
+    """Rounding each weight to the dtype moves a row sum by at most u (the relative errors are
+    weighted by weights summing to 1); normalising adds Tk roundoffs of the accumulation type. So
+    |sum - 1| <= 4 u(dtype) + Tk u(accumulation) allows for both twice over, and no more."""
+    case = case.with_(dtype=dtype)
+    _, _, found = weights_of(subject, case)
+    accumulation = "float64" if dtype == "float64" else "float32"
+    allowed = 4 * UNIT_ROUNDOFF[dtype] + case.tk * UNIT_ROUNDOFF[accumulation]
+    visible = causal_mask(case.tq, case.tk) if case.causal else np.ones((case.tq, case.tk), bool)
+    for source, weights in found:
+        deviation = np.abs(np.where(visible, weights, 0).sum(axis=-1) - 1)
+        if not deviation.max() <= allowed:
+            index = np.unravel_index(np.argmax(deviation), deviation.shape)
+            fail(
+                "SOFTMAX-ROWSUM",
+                subject,
+                case,
+                f"{source} row {index} sums to "
+                f"{1 + deviation[index]:.9g} over keys 0..i, but should be 1 within {allowed:.3g}",
+            )
+        outside = np.abs(np.where(visible, 0, weights)).max()
+        if outside != 0:
+            fail(
+                "SOFTMAX-ROWSUM",
+                subject,
+                case,
+                f"{source}: mass {outside!r} outside keys 0..i, but should be 0",
+            )
+
+
+@pytest.mark.claim("SOFTMAX-MONOTONE")
+@pytest.mark.parametrize("case", WEIGHT_CASES, ids=WEIGHT_IDS)
+def test_larger_scores_get_larger_weights(subject, dtype, case):
+    """Within each row, sorted by score, weights never decrease - except between scores closer
+    than the dtype can tell apart (8 u (1 + |s|)), where rounding may order them either way."""
+    case = case.with_(dtype=dtype)
+    q, k, found = weights_of(subject, case)
+    scores = reference_scores(q, k)
+    visible = causal_mask(case.tq, case.tk) if case.causal else np.ones((case.tq, case.tk), bool)
+    margin = 8 * UNIT_ROUNDOFF[dtype] * (1 + np.abs(scores).max())
+    for source, weights in found:
+        for index in np.ndindex(*weights.shape[:3]):
+            keys = np.flatnonzero(visible[index[2]])
+            order = keys[np.argsort(scores[index][keys])]
+            s, w = scores[index][order], weights[index][order]
+            # For every pair a < b in score order with s_b - s_a > margin, w_b >= w_a.
+            lower_weight_so_far = np.maximum.accumulate(w)
+            for b in range(1, len(order)):
+                a_max = np.searchsorted(s, s[b] - margin, side="right")  # scores clearly below
+                if a_max and lower_weight_so_far[a_max - 1] > w[b]:
+                    fail(
+                        "SOFTMAX-MONOTONE",
+                        subject,
+                        case,
+                        f"{source} row {index}: key {order[b]} has score {s[b]:.6g} and weight "
+                        f"{w[b]!r}, but a key with a lower score has weight "
+                        f"{lower_weight_so_far[a_max - 1]!r}",
+                    )
+
+
+@pytest.mark.claim("SOFTMAX-STABLE")
+def test_shifting_scores_changes_nothing(subject, dtype):
+    """Adding one vector c to every key adds q_i . c to row i of the scores: a shift per row, which
+    the softmax ignores: the output stays within budget of the truth, however large the shift."""
+    case = Case(batch=1, heads=2, tq=50, head_dim=16, dtype=dtype)
+    q, k, v = subject.inputs(case)
+    shift = np.full(case.head_dim, 3.0)
+    shifted_k = round_to(k + shift, dtype)
+    truth = reference_attention(q, k, v)
+    comparison = compare(
+        subject.call(case, q, shifted_k, v),
+        truth,
+        naive_baseline(q, shifted_k, v, dtype=dtype),
+        dtype=dtype,
+        magnitude=float(np.abs(v).max()),
+        max_score=float(np.abs(reference_scores(q, shifted_k)).max()),
+    )
+    assert_within_budget(
+        "SOFTMAX-STABLE", subject, case, "out with every key shifted by 3", comparison
+    )
+
+
+@pytest.mark.claim("SOFTMAX-STABLE")
+@pytest.mark.parametrize("target", ["1e2", "1e4", "near-limit"])
+def test_large_scores_stay_finite_and_correct(subject, dtype, target):
+    """Scaled scores of magnitude up to 1e4 (float32 and wider), and up to half of what float16
+    holds before scaling (raw q . k near 3e4) - exp() of unshifted scores would overflow."""
+    case = Case(batch=1, heads=2, tq=33, head_dim=16, dtype=dtype)
+    q, k, v = subject.inputs(case)
+    raw = np.abs(reference_scores(q, k, 1.0)).max()
+    if target == "near-limit":
+        want_raw = 3e4 if dtype == "float16" else 1e4 * np.sqrt(case.head_dim)
+    else:
+        want_raw = float(target) * np.sqrt(case.head_dim)
+    if dtype == "float16" and want_raw > 3e4:
+        pytest.skip(f"raw scores of {want_raw:.3g} overflow float16 before any scaling")
+    factor = np.sqrt(want_raw / raw)
+    q, k = (round_to(x * factor, dtype) for x in (q, k))
+    out = subject.call(case, q, k, v)
+    if not np.isfinite(out).all():
+        fail(
+            "SOFTMAX-STABLE",
+            subject,
+            case,
+            f"non-finite output with scores up to {np.abs(reference_scores(q, k)).max():.3g}",
+        )
+    comparison = compare(
+        out,
+        reference_attention(q, k, v),
+        naive_baseline(q, k, v, dtype=dtype),
+        dtype=dtype,
+        magnitude=float(np.abs(v).max()),
+        max_score=float(np.abs(reference_scores(q, k)).max()),
+    )
+    assert_within_budget(
+        "SOFTMAX-STABLE", subject, case, f"out with large scores ({target})", comparison
+    )
