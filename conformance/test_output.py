@@ -236,3 +236,20 @@ def test_gradients_match_the_oracle(subject, dtype, causal):
             max_score=float(np.abs(reference_scores(q, k)).max()),
         )
         assert_within_budget("OUT-GRAD", subject, case, name, comparison)
+
+
+@pytest.mark.claim("OUT-FORMULA")
+def test_formula_on_generated_cases(subject, dtype):
+    """Shapes, causal and scale drawn by hypothesis (profile: --hypothesis-profile); a failure
+    shrinks to the smallest case and prints it with its data seed."""
+    from hypothesis import given
+
+    from conformance.strategies import cases, data_seeds
+
+    @given(case=cases(dtype), data_seed=data_seeds)
+    def check(case, data_seed):
+        subject.rng = np.random.default_rng(data_seed)
+        q, k, v = subject.inputs(case)
+        assert_matches_oracle("OUT-FORMULA", subject, case, subject.call(case, q, k, v), q, k, v)
+
+    check()

@@ -107,8 +107,8 @@ class TorchSdpa(TorchArrays, Implementation):
 
     PyTorch's ``is_causal`` aligns the mask top-left (query i sees keys j <= i) when Tq != Tk, so
     for Tq < Tk an explicit bottom-right boolean mask is passed instead. The explicit mask is also
-    used for scale == 0, where ``is_causal=True`` returns NaN (torch 2.13, CPU: the masked -inf
-    scores are multiplied by the zero scale).
+    used for a scale of 0 (or below the dtype's smallest normal), where ``is_causal=True`` gives
+    NaN (torch 2.13, CPU: the masked -inf scores are multiplied by the zero scale).
     """
 
     capabilities = Capabilities(dtypes=DTYPES, autograd=True)
@@ -121,7 +121,8 @@ class TorchSdpa(TorchArrays, Implementation):
         validate_inputs(q, k, v, causal=causal, scale=scale)
         tq, tk = q.shape[-2], k.shape[-2]
         scale = resolve_scale(scale, q.shape[-1])
-        if causal and (tq != tk or scale == 0.0):
+        # A scale that rounds to 0 in the compute dtype hits the same NaN as scale 0.
+        if causal and (tq != tk or abs(scale) < torch.finfo(q.dtype).tiny):
             mask = _bottom_right_mask(tq, tk, q.device)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
