@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from conformance.harness import Case, Subject
-from conformance.tolerance import Comparison, compare, naive_baseline
-from impls.numpy_reference import reference_attention, reference_scores
+from conformance.tolerance import Comparison, compare_to_oracle
 
 
 def fail(claim: str, subject: Subject | None, case: Case | None, message: str) -> None:
@@ -88,21 +87,23 @@ def assert_within_budget(
 
 
 def assert_matches_oracle(
-    claim: str, subject: Subject, case: Case, out: np.ndarray, q, k, v
+    claim: str,
+    subject: Subject,
+    case: Case,
+    out: np.ndarray,
+    q,
+    k,
+    v,
+    *,
+    truth: np.ndarray | None = None,
+    what: str = "out",
 ) -> Comparison:
-    """``out`` is attention(q, k, v) within the tolerance budget for the case's dtype."""
+    """``out`` is attention(q, k, v) - or ``truth``, where the test knows it another way - within
+    the tolerance budget for the case's dtype."""
     __tracebackhide__ = True
-    assert_shape(claim, subject, case, "out.shape", out.shape, case.out_shape)
-    kwargs = dict(causal=case.causal, scale=case.scale)
-    truth = reference_attention(q, k, v, **kwargs)
-    scores = reference_scores(q, k, case.scale)
-    comparison = compare(
-        out,
-        truth,
-        naive_baseline(q, k, v, dtype=case.dtype, **kwargs),
-        dtype=case.dtype,
-        magnitude=float(np.max(np.abs(v))),
-        max_score=float(np.max(np.abs(scores))),
+    assert_shape(claim, subject, case, f"{what}.shape", out.shape, case.out_shape)
+    comparison = compare_to_oracle(
+        out, q, k, v, dtype=case.dtype, causal=case.causal, scale=case.scale, truth=truth
     )
-    assert_within_budget(claim, subject, case, "out", comparison)
+    assert_within_budget(claim, subject, case, what, comparison)
     return comparison

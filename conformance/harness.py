@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from impls.contract import Implementation
+from impls.contract import Implementation, causal_mask
 from impls.dtypes import round_to
 
 
@@ -58,6 +58,13 @@ class Case:
     def out_shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.heads, self.tq, self.value_dim)
 
+    @property
+    def visible(self) -> np.ndarray:
+        """(Tq, Tk) True where query i may attend to key j under this case's masking."""
+        if self.causal:
+            return causal_mask(self.tq, self.tk)
+        return np.ones((self.tq, self.tk), dtype=bool)
+
     def describe(self) -> str:
         return (
             f"B={self.batch} H={self.heads} Tq={self.tq} Tk={self.tk} D={self.head_dim} "
@@ -90,10 +97,14 @@ class Subject:
     def name(self) -> str:
         return self.impl.name
 
-    def inputs(self, case: Case, spread: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Standard normal q, k, v times ``spread``, rounded to the case's dtype, as float64."""
+    def inputs(
+        self, case: Case, spread: float = 1.0, rng: np.random.Generator | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Standard normal q, k, v times ``spread``, rounded to the case's dtype, as float64,
+        drawn from ``rng`` (a generated case's own seed) or else this test's stream."""
+        rng = self.rng if rng is None else rng
         return tuple(
-            round_to(spread * self.rng.standard_normal(shape), case.dtype)
+            round_to(spread * rng.standard_normal(shape), case.dtype)
             for shape in (case.q_shape, case.k_shape, case.v_shape)
         )
 

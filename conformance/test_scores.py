@@ -123,7 +123,7 @@ def test_scores_are_query_key_dot_products(subject, dtype, case):
     case = case.with_(dtype=dtype)
     q, k, _ = subject.inputs(case, spread=0.8)
     scores = reference_scores(q, k)
-    visible = causal_mask(case.tq, case.tk)
+    visible = case.visible
     truth = score_differences(scores, visible)
     baseline = log_weight_differences(naive_baseline_weights(q, k, dtype=dtype), visible)
     for source, weights in all_weights(subject, case, q, k):

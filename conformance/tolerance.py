@@ -28,6 +28,7 @@ import numpy as np
 
 from impls.contract import causal_mask, resolve_scale
 from impls.dtypes import UNIT_ROUNDOFF, check_dtype, round_to
+from impls.numpy_reference import reference_attention, reference_scores
 
 
 @dataclass(frozen=True)
@@ -129,8 +130,21 @@ def naive_baseline_vjp(q, k, v, grad_out, *, dtype: str, causal=True, scale=None
     return tuple(g.astype(np.float64) for g in (grad_q, grad_k, grad_v))
 
 
+def accumulation_dtype(dtype: str) -> str:
+    """Where a kernel in ``dtype`` sums: float64 for float64, float32 for everything narrower."""
+    return "float64" if check_dtype(dtype) == "float64" else "float32"
+
+
+def summation_slack(dtype: str, terms: int) -> float:
+    """Relative rounding a weighted sum of ``terms`` values with weights summing to 1 may commit:
+    storing each weight in ``dtype`` moves it by at most u (the relative errors are weighted by
+    weights summing to 1), and summing adds ``terms`` roundoffs of the accumulation type. Twice
+    the first allows for rounding both weights and result: 4 u(dtype) + terms u(accumulation)."""
+    return 4 * UNIT_ROUNDOFF[dtype] + terms * UNIT_ROUNDOFF[accumulation_dtype(dtype)]
+
+
 def _accumulation(dtype: str):
-    return np.float64 if check_dtype(dtype) == "float64" else np.float32
+    return np.dtype(accumulation_dtype(dtype)).type
 
 
 def _rounded(x, dtype: str) -> np.ndarray:
@@ -211,10 +225,35 @@ def compare(
     )
 
 
+def compare_to_oracle(
+    actual: np.ndarray,
+    q,
+    k,
+    v,
+    *,
+    dtype: str,
+    causal: bool = True,
+    scale: float | None = None,
+    truth: np.ndarray | None = None,
+) -> Comparison:
+    """Judge ``actual`` as attention(q, k, v): against the float64 oracle (or ``truth``, where the
+    test knows it differently), with the naive baseline and the budget for ``dtype``."""
+    kwargs = dict(causal=causal, scale=scale)
+    if truth is None:
+        truth = reference_attention(q, k, v, **kwargs)
+    return compare(
+        actual,
+        truth,
+        naive_baseline(q, k, v, dtype=dtype, **kwargs),
+        dtype=dtype,
+        magnitude=float(np.max(np.abs(v))),
+        max_score=float(np.max(np.abs(reference_scores(q, k, scale)))),
+    )
+
+
 def survey(implementations, cases) -> list[tuple[str, str, float, float]]:
     """(implementation, dtype, worst budget fraction, worst error / baseline error) per dtype."""
     from conformance.harness import Subject
-    from impls.numpy_reference import reference_attention, reference_scores
 
     rows = []
     for impl in implementations:
@@ -226,14 +265,14 @@ def survey(implementations, cases) -> list[tuple[str, str, float, float]]:
                 case = case.with_(dtype=dtype)
                 subject = Subject(impl, impl.name, seed=number, test_id="survey")
                 q, k, v = subject.inputs(case)
-                kwargs = dict(causal=case.causal, scale=case.scale)
-                result = compare(
+                result = compare_to_oracle(
                     subject.call(case, q, k, v),
-                    reference_attention(q, k, v, **kwargs),
-                    naive_baseline(q, k, v, dtype=dtype, **kwargs),
+                    q,
+                    k,
+                    v,
                     dtype=dtype,
-                    magnitude=float(np.abs(v).max()),
-                    max_score=float(np.abs(reference_scores(q, k, case.scale)).max()),
+                    causal=case.causal,
+                    scale=case.scale,
                 )
                 worst_fraction = max(worst_fraction, result.budget_fraction)
                 if result.baseline_error > 0:

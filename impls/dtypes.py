@@ -42,9 +42,10 @@ def round_to(values: np.ndarray, dtype: str) -> np.ndarray:
     """``values`` rounded to ``dtype``, returned as float64 (exactly representable in ``dtype``)."""
     check_dtype(dtype)
     values = np.asarray(values, dtype=np.float64)
-    if dtype == "bfloat16":
-        return _round_to_bfloat16(values.astype(np.float32)).astype(np.float64)
-    return values.astype(dtype).astype(np.float64)
+    with np.errstate(over="ignore"):  # beyond the largest finite value, rounding gives +-inf
+        if dtype == "bfloat16":
+            return _round_to_bfloat16(values.astype(np.float32)).astype(np.float64)
+        return values.astype(dtype).astype(np.float64)
 
 
 def _round_to_bfloat16(values: np.ndarray) -> np.ndarray:
