@@ -89,6 +89,7 @@ class Subject:
     selector: str  # what to pass to --impl to select it again
     seed: int
     test_id: str
+    rerun_options: str = ""  # further options the reproducer needs (hypothesis profile, seed)
 
     def __post_init__(self) -> None:
         self.rng = random_stream(self.seed, self.test_id)
@@ -146,5 +147,6 @@ class Subject:
     def reproducer(self, case: Case | None = None) -> str:
         line = (
             f"python -m pytest '{self.test_id}' --impl {self.selector} --attnspec-seed {self.seed}"
+            + (f" {self.rerun_options}" if self.rerun_options else "")
         )
         return f"{line}   # {case.describe()}" if case else line

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from conformance.harness import Subject
-from conformance.selection import ENV_VAR, Selected, select
+from conformance.isolation import FlightDeck
+from conformance.report import build_report, write_report
+from conformance.selection import ENV_VAR, Selected, select, split_names
 from conformance.verdicts import MATHEMATICS, Ledger
 from impls.registry import RegistryError
 from spec.catalogue import load_catalogue
@@ -23,6 +25,8 @@ from spec.catalogue import load_catalogue
 CONFORMANCE_DIR = Path(__file__).parent
 SELECTION_KEY = pytest.StashKey[list]()
 LEDGER_KEY = pytest.StashKey[Ledger]()
+FLIGHT_DECK_KEY = pytest.StashKey[FlightDeck]()
+FLIGHT_DECK_INPUT = "attnspec_flight_deck"
 DEFAULT_SEED = 20261129
 REPORTED_ENV = (
     ENV_VAR,
@@ -85,7 +89,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--claims",
         action="append",
-        metavar="PATTERN",
+        metavar="PATTERN[,PATTERN...]",
         help="run only tests of claims matching PATTERN (shell-style, e.g. 'MASK-*'); repeatable. "
         "Default: every claim.",
     )
@@ -95,6 +99,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="N",
         help=f"seed of every test's random inputs. Default: $ATTNSPEC_SEED, else {DEFAULT_SEED}.",
+    )
+    group.addoption(
+        "--report-json",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="write the verdict per implementation and claim as JSON (schema "
+        "attnspec-report/1, documented in conformance/report.py) to PATH. Default: no file.",
     )
 
 
@@ -107,10 +119,33 @@ def pytest_configure(config: pytest.Config) -> None:
     except RegistryError as exc:
         raise pytest.UsageError(f"attnspec: {exc}") from None
     config.stash[SELECTION_KEY] = selection
+    claim_patterns(config)  # a bad pattern is a usage error before any worker starts
+    run_seed(config)
     config.stash[LEDGER_KEY] = Ledger(load_catalogue(), [s.impl.name for s in selection])
-    config.pluginmanager.register(VerdictRecorder(config.stash[LEDGER_KEY]), "attnspec-verdicts")
+    worker_input = getattr(config, "workerinput", None)
+    if worker_input is None:  # a plain run, or the xdist controller: it gathers the verdicts
+        config.pluginmanager.register(VerdictRecorder(config), "attnspec-verdicts")
+        if _distributed(config):
+            config.stash[FLIGHT_DECK_KEY] = FlightDeck()
+            config.pluginmanager.register(CrashReporter(config), "attnspec-crashes")
+    elif FLIGHT_DECK_INPUT in worker_input:
+        config.stash[FLIGHT_DECK_KEY] = FlightDeck(worker_input[FLIGHT_DECK_INPUT])
+        config.pluginmanager.register(FlightRecorder(config), "attnspec-flight-recorder")
     if settings is not None and not config.getoption("hypothesis_profile", None):
         settings.load_profile("ci")
+
+
+def claim_patterns(config: pytest.Config) -> list[str]:
+    """The ``--claims`` patterns, comma-separated or repeated; each must match a claim."""
+    patterns = split_names(config.getoption("claims"))
+    catalogue = load_catalogue()
+    unmatched = [p for p in patterns if not catalogue.matching([p])]
+    if unmatched:
+        raise pytest.UsageError(
+            f"attnspec: --claims {', '.join(unmatched)} matches no claim; "
+            f"claims are: {', '.join(c.id for c in catalogue)}"
+        )
+    return patterns
 
 
 def run_seed(config: pytest.Config) -> int:
@@ -137,7 +172,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         + f"), seed {run_seed(config)}, python {platform.python_version()}",
     ]
     if settings is not None:
-        lines.append(f"attnspec: hypothesis profile {settings._current_profile}")
+        seed = config.getoption("hypothesis_seed", None)
+        lines.append(
+            f"attnspec: hypothesis profile {settings._current_profile}, "
+            + (f"--hypothesis-seed {seed}" if seed is not None else "no --hypothesis-seed")
+        )
     for item in config.stash[SELECTION_KEY]:
         impl = item.impl
         status = f"SKIPPED: {item.skip_reason}" if item.skip_reason else "runs"
@@ -174,6 +213,10 @@ def impl(request: pytest.FixtureRequest):
     selected: Selected = request.param
     if selected.skip_reason:
         pytest.skip(selected.skip_reason)
+    deck = request.config.stash.get(FLIGHT_DECK_KEY, None)
+    crash = deck.crash_of(selected.impl.name) if deck else None
+    if crash:
+        pytest.skip(f"not called again after it crashed in {crash['nodeid']}: {crash['cause']}")
     return selected
 
 
@@ -185,7 +228,21 @@ def seed(request: pytest.FixtureRequest) -> int:
 @pytest.fixture
 def subject(impl: Selected, seed: int, request: pytest.FixtureRequest) -> Subject:
     """The implementation under test, bound to this test's random stream and reproducer."""
-    return Subject(impl.impl, impl.selector, seed, request.node.nodeid)
+    return Subject(impl.impl, impl.selector, seed, request.node.nodeid, hypothesis_options(request))
+
+
+def hypothesis_options(request: pytest.FixtureRequest) -> str:
+    """The hypothesis options a rerun needs, when not the defaults (property-based tests draw
+    their cases inside the test, so any test may depend on them)."""
+    if settings is None:
+        return ""
+    options = []
+    if settings._current_profile != "ci":
+        options.append(f"--hypothesis-profile {settings._current_profile}")
+    seed = request.config.getoption("hypothesis_seed", None)
+    if seed is not None:
+        options.append(f"--hypothesis-seed {seed}")
+    return " ".join(options)
 
 
 def item_claims(item: pytest.Item) -> list[str]:
@@ -203,6 +260,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             problems.append(f"{item.nodeid}: no @pytest.mark.claim(...) marker")
         problems += [f"{item.nodeid}: unknown claim {c!r}" for c in claims if c not in catalogue]
         subject = item.callspec.params["impl"].impl.name if _has_impl(item) else MATHEMATICS
+        # With --dist loadgroup, one worker runs all of an implementation's tests.
+        item.add_marker(pytest.mark.xdist_group(subject))
         item.user_properties.append(("attnspec_subject", subject))
         item.user_properties.append(("attnspec_claims", ",".join(claims)))
     if problems:
@@ -210,14 +269,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "attnspec: badly marked conformance tests:\n  " + "\n  ".join(problems)
         )
 
-    patterns = config.getoption("claims")
+    patterns = claim_patterns(config)
     if patterns:
-        unmatched = [p for p in patterns if not catalogue.matching([p])]
-        if unmatched:
-            raise pytest.UsageError(
-                f"attnspec: --claims {', '.join(unmatched)} matches no claim; "
-                f"claims are: {', '.join(c.id for c in catalogue)}"
-            )
         keep, drop = [], []
         for item in items:
             claims = item_claims(item)
@@ -226,6 +279,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
+
+
+def _distributed(config: pytest.Config) -> bool:
+    """Whether this run hands its tests to pytest-xdist workers."""
+    return config.pluginmanager.hasplugin("xdist") and bool(
+        getattr(config.option, "tx", None) or getattr(config.option, "numprocesses", None)
+    )
 
 
 def _has_impl(item: pytest.Item) -> bool:
@@ -241,6 +301,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report: pytest.TestReport = yield
     if report.when != "call" or not report.failed or not item_claims(item):
         return report
+    notes = getattr(call.excinfo.value, "__notes__", None) if call.excinfo else None
+    if notes:
+        # A message-only failure does not print the exception's notes, where hypothesis puts
+        # the falsifying example and its @reproduce_failure blob.
+        report.sections.append(("exception notes (hypothesis)", "\n".join(notes)))
     catalogue = load_catalogue()
     levels = {catalogue[c].level for c in item_claims(item) if c in catalogue}
     strict = bool(item.config.getoption("strict", False))
@@ -258,8 +323,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 class VerdictRecorder:
     """Feeds every test report into the run's :class:`Ledger` and prints its summary."""
 
-    def __init__(self, ledger: Ledger):
-        self.ledger = ledger
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.ledger: Ledger = config.stash[LEDGER_KEY]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         subject = _property(report, "attnspec_subject")
@@ -282,6 +348,17 @@ class VerdictRecorder:
             # Every selected implementation was skipped: a green run here would claim conformance
             # that nothing showed.
             session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+        path = self.config.getoption("report_json")
+        if path is not None:
+            report = build_report(
+                self.ledger,
+                self.config.stash[SELECTION_KEY],
+                seed=run_seed(self.config),
+                hypothesis_profile=settings._current_profile if settings is not None else None,
+                exit_status=session.exitstatus,
+                reported_env=REPORTED_ENV,
+            )
+            write_report(path, report)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.ledger.records:
@@ -295,3 +372,52 @@ class VerdictRecorder:
                 "(exit status 5)",
                 red=True,
             )
+
+
+class FlightRecorder:
+    """On an xdist worker: notes which test, implementation and claims are running, so that the
+    controller can name them if this process dies (see :mod:`conformance.isolation`)."""
+
+    def __init__(self, config: pytest.Config):
+        self.deck: FlightDeck = config.stash[FLIGHT_DECK_KEY]
+        self.worker = config.workerinput["workerid"]
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        subject = next((v for k, v in item.user_properties if k == "attnspec_subject"), None)
+        if subject is None:
+            return (yield)
+        self.deck.take_off(self.worker, item.nodeid, subject, item_claims(item))
+        try:
+            return (yield)
+        finally:
+            self.deck.land(self.worker)
+
+
+class CrashReporter:
+    """On the xdist controller: turns a dead worker into a failure of the claims its
+    implementation was being tested on, with the cause, and shares the news with the workers."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.deck: FlightDeck = config.stash[FLIGHT_DECK_KEY]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput[FLIGHT_DECK_INPUT] = str(self.deck.directory)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
+        worker = report.node.gateway.id
+        record = self.deck.last_flight(worker)
+        if record is None or record.nodeid != crashitem:
+            return  # died outside an implementation's call: xdist's own report stands
+        cause = record.cause(self.config.getoption("timeout", None))
+        self.deck.mark_crashed(record, cause)
+        self.deck.land(worker)
+        report.longrepr = f"{report.longrepr}: {cause}"
+        report.user_properties = [
+            ("attnspec_subject", record.subject),
+            ("attnspec_claims", ",".join(record.claims)),
+        ]
+        report.when = "call"

@@ -79,6 +79,15 @@ class Ledger:
     def verdicts(self, subject: str) -> dict[str, ClaimRecord]:
         return {claim: rec for (name, claim), rec in self.records.items() if name == subject}
 
+    def subject_verdict(self, subject: str) -> str:
+        """FAILS when any claim failed, conforms when at least one was checked, else NOT RUN."""
+        verdicts = {rec.verdict for rec in self.verdicts(subject).values()}
+        if FAILED in verdicts:
+            return "FAILS"
+        if verdicts & {MET, UNMET}:
+            return "conforms"
+        return "NOT RUN"
+
     def summary_lines(self) -> list[str]:
         lines = []
         width = max([len(s) for s in self.subjects()] + [10])
@@ -87,12 +96,7 @@ class Ledger:
             for claim, rec in sorted(self.verdicts(subject).items()):
                 by_verdict[rec.verdict].append(claim)
             failed_must = by_verdict[FAILED]
-            if failed_must:
-                verdict = "FAILS"
-            elif by_verdict[MET] or by_verdict[UNMET]:
-                verdict = "conforms"
-            else:
-                verdict = "NOT RUN"
+            verdict = self.subject_verdict(subject)
             counts = ", ".join(
                 f"{len(by_verdict[v])} {v}"
                 for v in (MET, FAILED, UNMET, NOT_CHECKED)

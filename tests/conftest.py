@@ -1,32 +1,21 @@
-"""Helpers for the project's own tests: running the conformance suite in a subprocess."""
+"""Fixtures for the project's own tests."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_suite(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``python -m pytest conformance ARGS`` from the repository root, output captured."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env.pop("ATTNSPEC_IMPL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+from tests.suite_process import run_suite
+from tests.zoo.kill_matrix import ZOO_SUMMARY
 
 
 @pytest.fixture
 def suite():
+    """Runs ``python -m pytest conformance ARGS`` in a subprocess; see :func:`run_suite`."""
     return run_suite
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    summary = config.stash.get(ZOO_SUMMARY, None)
+    if summary is not None:
+        terminalreporter.write_sep("=", "attnspec zoo: kill matrix (failing MUST tests per claim)")
+        terminalreporter.write_line(summary)

@@ -1,18 +1,17 @@
-"""The suite run end to end on planted bugs: what it rejects, what it accepts, what it prints."""
+"""The suite run end to end: what it rejects, what it accepts, what it prints."""
 
 from __future__ import annotations
 
 import pytest
 
 PLANTED = "tests.planted.plain"
+MUTANTS = "tests.zoo.mutants"
 
 
 def test_scale_bug_fails_naming_the_claim_and_printing_a_reproducer(suite):
-    run = suite("--impl", f"{PLANTED}:scale_by_one_over_d", "-k", "test_formula_at_length")
+    run = suite("--impl", f"{MUTANTS}:scale_by_one_over_d", "-k", "test_formula_at_length")
     assert run.returncode == 1, run.stdout
-    assert (
-        "[OUT-FORMULA tests.planted.plain:scale_by_one_over_d attention(causal=True" in run.stdout
-    )
+    assert "[OUT-FORMULA tests.zoo.mutants:scale_by_one_over_d attention(causal=True" in run.stdout
     assert "reproduce: python -m pytest 'conformance/test_output.py::test_formula_at_length[" in (
         run.stdout
     )
@@ -23,7 +22,7 @@ def test_scale_bug_fails_naming_the_claim_and_printing_a_reproducer(suite):
 
 
 def test_float32_inside_a_float64_implementation_is_caught(suite):
-    run = suite("--impl", f"{PLANTED}:computes_in_float32", "-k", "test_formula_at_length")
+    run = suite("--impl", f"{MUTANTS}:computes_in_float32", "-k", "test_formula_at_length")
     assert run.returncode == 1, run.stdout
     assert "float64-1024-causal" in run.stdout
     assert "dtype=float64" in run.stdout

@@ -1,0 +1,93 @@
+"""The machine-readable report: one JSON document per run, under a versioned schema.
+
+Schema ``attnspec-report/1``::
+
+    {
+      "schema": "attnspec-report/1",
+      "exit_status": 0,                      # pytest's exit status of the run
+      "environment": {"python": ..., "platform": ..., "seed": ..., "hypothesis_profile": ...,
+                      "env": {NAME: value, ...}},
+      "subjects": [                          # "(mathematics)" first, then each implementation
+        {"name": ..., "selector": ...,       # what --impl takes to select it again (null: maths)
+         "version": ..., "device": ..., "family": ..., "capabilities": ...,
+         "skip_reason": null | "...",        # why it could not run here
+         "verdict": "conforms" | "FAILS" | "NOT RUN",
+         "claims": {CLAIM_ID: {"level": "MUST" | "SHOULD" | "INFO",
+                               "verdict": "met" | "FAILED" | "unmet" | "not checked",
+                               "passed": n, "failed": n, "unmet": n, "skipped": n,
+                               "failing_tests": [node ids], "skip_reasons": [...]}}}
+      ]
+    }
+
+A field is only ever added to this schema; a change in meaning bumps the version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+from conformance.selection import Selected
+from conformance.verdicts import MATHEMATICS, Ledger
+
+SCHEMA = "attnspec-report/1"
+
+
+def subject_entry(ledger: Ledger, name: str, selected: Selected | None) -> dict:
+    claims = {}
+    for claim, rec in sorted(ledger.verdicts(name).items()):
+        claims[claim] = {
+            "level": ledger.catalogue[claim].level if claim in ledger.catalogue else None,
+            "verdict": rec.verdict,
+            "passed": rec.passed,
+            "failed": rec.failed,
+            "unmet": rec.unmet,
+            "skipped": rec.skipped,
+            "failing_tests": list(rec.failing_tests),
+            "skip_reasons": sorted(rec.skip_reasons),
+        }
+    entry = {"name": name, "selector": None, "verdict": ledger.subject_verdict(name)}
+    if selected is not None:
+        impl = selected.impl
+        entry.update(
+            selector=selected.selector,
+            version=impl.version(),
+            device=impl.device,
+            family=impl.family,
+            capabilities=impl.capabilities.describe(),
+            skip_reason=selected.skip_reason,
+        )
+    entry["claims"] = claims
+    return entry
+
+
+def build_report(
+    ledger: Ledger,
+    selection: list[Selected],
+    *,
+    seed: int,
+    hypothesis_profile: str | None,
+    exit_status: int,
+    reported_env: tuple[str, ...],
+) -> dict:
+    by_name = {s.impl.name: s for s in selection}
+    names = ([MATHEMATICS] if ledger.verdicts(MATHEMATICS) else []) + list(by_name)
+    return {
+        "schema": SCHEMA,
+        "exit_status": int(exit_status),
+        "environment": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "seed": seed,
+            "hypothesis_profile": hypothesis_profile,
+            "env": {name: os.environ[name] for name in reported_env if name in os.environ},
+        },
+        "subjects": [subject_entry(ledger, name, by_name.get(name)) for name in names],
+    }
+
+
+def write_report(path: Path, report: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1, sort_keys=False) + "\n", encoding="utf-8")

@@ -1,0 +1,23 @@
+"""Plain callables that take their process down or never return: the suite must survive them."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+
+
+def segfaults(q, k, v, *, causal=True, scale=None):
+    """Reads address 0, as a kernel with a bad pointer does: SIGSEGV."""
+    return ctypes.string_at(0)
+
+
+def exits(q, k, v, *, causal=True, scale=None):
+    """Ends the process without unwinding, as a library calling exit() on an internal error."""
+    os._exit(3)
+
+
+def hangs(q, k, v, *, causal=True, scale=None):
+    """Never returns, as a kernel spinning on a flag no one sets."""
+    while True:
+        time.sleep(1)

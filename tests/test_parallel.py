@@ -1,0 +1,70 @@
+"""Parallel and distributed runs give the serial run's verdicts; hypothesis failures reproduce."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+SELECTION = (
+    "--impl",
+    "numpy,tests.zoo.mutants:mask_off_by_one,tests.zoo.mutants:stale_accumulator",
+    "--claims",
+    "MASK-*,SOFTMAX-*,OUT-FORMULA",
+)
+
+
+def verdicts(report_path) -> dict:
+    report = json.loads(report_path.read_text())
+    return {
+        subject["name"]: {claim: entry["verdict"] for claim, entry in subject["claims"].items()}
+        for subject in report["subjects"]
+    }
+
+
+@pytest.fixture(scope="module")
+def serial_verdicts(tmp_path_factory):
+    from tests.suite_process import run_suite
+
+    path = tmp_path_factory.mktemp("serial") / "report.json"
+    run = run_suite(*SELECTION, "--report-json", str(path), "-q", "--tb=no")
+    assert run.returncode == 1, run.stdout[-2000:]  # the two mutants fail
+    return verdicts(path)
+
+
+@pytest.mark.parametrize(
+    "distribution",
+    [("-n", "2"), ("--dist", "loadgroup", "-n", "2"), ("--dist", "load", "--tx", "2*popen")],
+    ids=["n2", "loadgroup", "two-popen-gateways"],
+)
+def test_distributed_run_gives_the_serial_verdicts(suite, serial_verdicts, tmp_path, distribution):
+    path = tmp_path / "report.json"
+    run = suite(*SELECTION, *distribution, "--report-json", str(path), "-q", "--tb=no")
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    assert verdicts(path) == serial_verdicts
+    assert "FAILED" in serial_verdicts["tests.zoo.mutants:mask_off_by_one"].values()
+
+
+def test_hypothesis_seed_reproduces_a_failure_exactly(suite):
+    args = (
+        "--impl",
+        "tests.zoo.mutants:scale_from_padded_head_dim",
+        "-k",
+        "test_formula_on_generated_cases and float64",
+        "--hypothesis-profile",
+        "dev",
+        "--hypothesis-seed",
+        "4242",
+    )
+    first, second = suite(*args), suite(*args)
+    assert first.returncode == second.returncode == 1, first.stdout[-2000:]
+    assert "hypothesis profile dev, --hypothesis-seed 4242" in first.stdout  # the header
+    assert "--attnspec-seed 20261129 --hypothesis-profile dev --hypothesis-seed 4242" in (
+        first.stdout  # the reproducer
+    )
+    falsifying = [
+        re.findall(r"Falsifying example: .*?(?=\n\S)", run.stdout, re.S) for run in (first, second)
+    ]
+    assert falsifying[0], first.stdout[-3000:]
+    assert falsifying[0] == falsifying[1]

@@ -1,0 +1,94 @@
+"""Test the tests: the suite must reject every mutant in the zoo and accept every correct variant.
+
+One run of the whole conformance suite judges all members at once (``tests/zoo/kill_matrix.py``);
+the tests below read its verdicts. The kill matrix and the mutation score are printed at the end
+of the session.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conformance.tolerance import compare_to_oracle
+from impls.dtypes import round_to
+from tests.zoo import FAMILIES, load_members
+from tests.zoo.kill_matrix import (
+    README_END,
+    README_START,
+    ZOO_SUMMARY,
+    default_workers,
+    markdown_matrix,
+    readme_block,
+    run_zoo,
+    text_matrix,
+)
+
+pytestmark = pytest.mark.zoo
+
+MEMBERS = load_members()
+MUTANTS = [name for name, m in MEMBERS.items() if not m.correct]
+CORRECT = [name for name, m in MEMBERS.items() if m.correct]
+HIDDEN = [name for name in MUTANTS if MEMBERS[name].hidden_at_easy_shape]
+EASY_SHAPE = (1, 1, 64, 64)  # (B, H, T, D): one head, one tile, ANDREA's head dim
+
+
+@pytest.fixture(scope="module")
+def zoo_run(request):
+    run = run_zoo(MEMBERS, workers=default_workers())
+    request.config.stash[ZOO_SUMMARY] = text_matrix(run)  # printed by tests/conftest.py
+    return run
+
+
+def test_the_zoo_is_large_and_covers_every_family():
+    assert len(MUTANTS) >= 25, f"{len(MUTANTS)} mutants, but the zoo should hold at least 25"
+    assert len(CORRECT) >= 5, f"{len(CORRECT)} correct variants, but should be at least 5"
+    families = {MEMBERS[name].family for name in MUTANTS}
+    assert families == set(FAMILIES), f"families without a mutant: {set(FAMILIES) - families}"
+
+
+@pytest.mark.parametrize("name", MUTANTS)
+def test_mutant_is_rejected_by_a_must_claim(zoo_run, name):
+    verdict = zoo_run.verdicts[name]
+    assert verdict.rejected, (
+        f"mutant {name} SURVIVED the suite ({verdict.checked_claims} claims checked, none "
+        f"failed): {verdict.member.doc}"
+    )
+
+
+@pytest.mark.parametrize("name", MUTANTS)
+def test_mutant_is_caught_by_the_claim_its_bug_breaks(zoo_run, name):
+    member, verdict = MEMBERS[name], zoo_run.verdicts[name]
+    assert member.caught_by in verdict.failed_must, (
+        f"mutant {name} breaks {member.caught_by}, but the suite rejected it only on "
+        f"{sorted(verdict.failed_must) or 'nothing'}: {member.doc}"
+    )
+
+
+@pytest.mark.parametrize("name", CORRECT)
+def test_correct_variant_meets_every_must_claim(zoo_run, name):
+    verdict = zoo_run.verdicts[name]
+    assert not verdict.rejected, (
+        f"correct variant {name} was rejected on {sorted(verdict.failed_must)} "
+        f"(e.g. {next(iter(verdict.failed_must.values()))[0]}): {verdict.member.doc}"
+    )
+    assert verdict.checked_claims > 0, f"no claim was checked on {name}"
+
+
+@pytest.mark.parametrize("name", HIDDEN)
+def test_hidden_mutant_is_right_at_the_easy_shape(name):
+    """The mutants said to hide at the easy shape do: a suite testing only there would pass them."""
+    rng = np.random.default_rng(0)
+    q, k, v = (round_to(rng.standard_normal(EASY_SHAPE), "float32") for _ in range(3))
+    out = MEMBERS[name].fn(*(x.astype(np.float32) for x in (q, k, v)), causal=True, scale=None)
+    comparison = compare_to_oracle(np.asarray(out, np.float64), q, k, v, dtype="float32")
+    assert comparison.ok, f"{name} is visibly wrong at the easy shape: {comparison.describe()}"
+
+
+def test_readme_kill_matrix_is_current(zoo_run):
+    block = readme_block()
+    assert block is not None, f"README.md lacks the {README_START} ... {README_END} markers"
+    assert block == markdown_matrix(zoo_run), (
+        "README.md's kill matrix differs from this run's: "
+        "regenerate it with python -m tests.zoo.kill_matrix --write-readme"
+    )

@@ -1,0 +1,85 @@
+"""The zoo: broken implementations the suite must reject and unusual correct ones it must accept.
+
+Every member is a plain callable (the ``--impl`` contract) registered with :func:`mutant` or
+:func:`correct_variant`; ``tests/test_zoo.py`` runs the conformance suite on all of them and
+holds the suite to its verdicts. Registration wraps each member so that it first validates its
+inputs as the built-ins do: a mutant must be caught for its own bug, not for a missing check.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from impls.contract import validate_inputs
+
+FAMILIES = ("scaling", "masking", "softmax", "tiling", "layout", "dtype", "edge case")
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    module: str
+    fn: Callable
+    correct: bool
+    family: str | None = None  # mutants only
+    caught_by: str | None = None  # the MUST claim whose tests this bug breaks, mutants only
+    hidden_at_easy_shape: bool = False  # output within budget at EASY_SHAPE (test_zoo checks it)
+
+    @property
+    def selector(self) -> str:
+        return f"{self.module}:{self.name}"
+
+    @property
+    def doc(self) -> str:
+        return " ".join((self.fn.__doc__ or "").split())
+
+
+MEMBERS: dict[str, Member] = {}
+
+
+def _validating(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def member(q, k, v, *, causal=True, scale=None):
+        validate_inputs(q, k, v, causal=causal, scale=scale)
+        return fn(q, k, v, causal=causal, scale=scale)
+
+    return member
+
+
+def _register(member: Member) -> None:
+    if member.name in MEMBERS:
+        raise ValueError(f"zoo member {member.name!r} registered twice")
+    if not (member.fn.__doc__ or "").strip():
+        raise ValueError(f"zoo member {member.name!r} has no docstring saying what it is")
+    MEMBERS[member.name] = member
+
+
+def mutant(family: str, caught_by: str, *, hidden_at_easy_shape: bool = False):
+    """Register a broken implementation: which family of bug, and the claim expected to catch it."""
+    if family not in FAMILIES:
+        raise ValueError(f"family={family!r}, but should be one of {FAMILIES}")
+
+    def register(fn: Callable) -> Callable:
+        fn = _validating(fn)
+        _register(
+            Member(fn.__name__, fn.__module__, fn, False, family, caught_by, hidden_at_easy_shape)
+        )
+        return fn
+
+    return register
+
+
+def correct_variant(fn: Callable) -> Callable:
+    """Register an unusual but correct implementation: it must pass every MUST claim."""
+    fn = _validating(fn)
+    _register(Member(fn.__name__, fn.__module__, fn, True))
+    return fn
+
+
+def load_members() -> dict[str, Member]:
+    """Every member, mutants and correct variants, by name."""
+    from tests.zoo import correct, mutants  # noqa: F401  (importing registers them)
+
+    return MEMBERS
