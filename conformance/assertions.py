@@ -82,6 +82,7 @@ def assert_within_budget(
     claim: str, subject: Subject, case: Case, what: str, comparison: Comparison
 ) -> None:
     __tracebackhide__ = True
+    subject.note_budget_fraction(comparison.budget_fraction)
     if not comparison.ok:
         fail(claim, subject, case, f"{what}: {comparison.describe()}")
 

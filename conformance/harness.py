@@ -93,6 +93,12 @@ class Subject:
 
     def __post_init__(self) -> None:
         self.rng = random_stream(self.seed, self.test_id)
+        self.worst_budget_fraction: float | None = None  # largest error / budget judged so far
+
+    def note_budget_fraction(self, fraction: float) -> None:
+        """Remember an error judged against its tolerance budget, for the report."""
+        if self.worst_budget_fraction is None or not fraction <= self.worst_budget_fraction:
+            self.worst_budget_fraction = fraction
 
     @property
     def name(self) -> str:

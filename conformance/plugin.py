@@ -108,6 +108,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write the verdict per implementation and claim as JSON (schema "
         "attnspec-report/1, documented in conformance/report.py) to PATH. Default: no file.",
     )
+    group.addoption(
+        "--report-html",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="write a self-contained HTML report (the matrix, the environment, the document's "
+        "figures; plots need matplotlib) to PATH. Default: no file.",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -299,6 +307,9 @@ def _property(report: pytest.TestReport, key: str) -> str | None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report: pytest.TestReport = yield
+    subject = getattr(item, "funcargs", {}).get("subject")
+    if report.when == "call" and getattr(subject, "worst_budget_fraction", None) is not None:
+        report.user_properties.append(("attnspec_budget_fraction", subject.worst_budget_fraction))
     if report.when != "call" or not report.failed or not item_claims(item):
         return report
     notes = getattr(call.excinfo.value, "__notes__", None) if call.excinfo else None
@@ -341,24 +352,34 @@ class VerdictRecorder:
             outcome = report.outcome
         reason = report.longrepr[2] if report.skipped and isinstance(report.longrepr, tuple) else ""
         claims = (_property(report, "attnspec_claims") or "").split(",")
-        self.ledger.record(subject, [c for c in claims if c], outcome, report.nodeid, reason)
+        fraction = _property(report, "attnspec_budget_fraction")
+        self.ledger.record(
+            subject, [c for c in claims if c], outcome, report.nodeid, reason, fraction
+        )
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.ledger.implementations_checked() == 0 and self.ledger.implementation_records():
             # Every selected implementation was skipped: a green run here would claim conformance
             # that nothing showed.
             session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
-        path = self.config.getoption("report_json")
-        if path is not None:
-            report = build_report(
-                self.ledger,
-                self.config.stash[SELECTION_KEY],
-                seed=run_seed(self.config),
-                hypothesis_profile=settings._current_profile if settings is not None else None,
-                exit_status=session.exitstatus,
-                reported_env=REPORTED_ENV,
-            )
-            write_report(path, report)
+        json_path = self.config.getoption("report_json")
+        html_path = self.config.getoption("report_html")
+        if json_path is None and html_path is None:
+            return
+        report = build_report(
+            self.ledger,
+            self.config.stash[SELECTION_KEY],
+            seed=run_seed(self.config),
+            hypothesis_profile=settings._current_profile if settings is not None else None,
+            exit_status=session.exitstatus,
+            reported_env=REPORTED_ENV,
+        )
+        if json_path is not None:
+            write_report(json_path, report)
+        if html_path is not None:
+            from conformance.html_report import write_html  # matplotlib only when asked for
+
+            write_html(html_path, report)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.ledger.records:

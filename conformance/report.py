@@ -15,6 +15,8 @@ Schema ``attnspec-report/1``::
          "claims": {CLAIM_ID: {"level": "MUST" | "SHOULD" | "INFO",
                                "verdict": "met" | "FAILED" | "unmet" | "not checked",
                                "passed": n, "failed": n, "unmet": n, "skipped": n,
+                               "worst_budget_fraction": null | x,  # error / tolerance budget,
+                                                      # the largest in the claim's tests (<= 1 ok)
                                "failing_tests": [node ids], "skip_reasons": [...]}}}
       ]
     }
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from conformance.selection import Selected
 from conformance.verdicts import MATHEMATICS, Ledger
+from spec.catalogue import load_catalogue
 
 SCHEMA = "attnspec-report/1"
 
@@ -45,6 +48,7 @@ def subject_entry(ledger: Ledger, name: str, selected: Selected | None) -> dict:
             "failed": rec.failed,
             "unmet": rec.unmet,
             "skipped": rec.skipped,
+            "worst_budget_fraction": rec.worst_budget_fraction,
             "failing_tests": list(rec.failing_tests),
             "skip_reasons": sorted(rec.skip_reasons),
         }
@@ -91,3 +95,66 @@ def build_report(
 def write_report(path: Path, report: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+
+
+CELL = {"met": "pass", "FAILED": "FAIL", "unmet": "unmet", "not checked": "skip"}
+
+
+def matrix_lines(report: dict) -> list[str]:
+    """The claim x implementation matrix: one row per claim (failed MUST claims first), one column
+    per subject, each cell pass / FAIL / unmet / skip[n] / - (no test of that claim for it), with
+    the worst error as a fraction of the tolerance budget where the claim measures one. Skip
+    reasons follow as numbered notes."""
+    subjects = report["subjects"]
+    claim_ids: list[str] = []
+    levels: dict[str, str] = {}
+    for subject in subjects:
+        for claim, entry in subject["claims"].items():
+            if claim not in levels:
+                claim_ids.append(claim)
+                levels[claim] = entry["level"] or "?"
+    failing = {
+        claim
+        for subject in subjects
+        for claim, entry in subject["claims"].items()
+        if entry["verdict"] == "FAILED"
+    }
+    order = {"MUST": 0, "SHOULD": 1, "INFO": 2}
+    position = {claim.id: n for n, claim in enumerate(load_catalogue())}
+    claim_ids.sort(key=lambda c: (c not in failing, order.get(levels[c], 3), position.get(c, 99)))
+    reasons: list[str] = []
+
+    def cell(entry: dict | None) -> str:
+        if entry is None:
+            return "-"
+        text = CELL[entry["verdict"]]
+        if entry["verdict"] == "not checked" and entry["skip_reasons"]:
+            reason = entry["skip_reasons"][0]
+            if reason not in reasons:
+                reasons.append(reason)
+            text += f"[{reasons.index(reason) + 1}]"
+        fraction = entry.get("worst_budget_fraction")
+        if fraction is not None and entry["verdict"] != "not checked":
+            text += f" {fraction:.2f}" if fraction < 100 else f" {fraction:.0e}"
+        return text
+
+    rows = [
+        [f"{claim} ({levels[claim]})"] + [cell(s["claims"].get(claim)) for s in subjects]
+        for claim in claim_ids
+    ]
+    header = ["claim"] + [s["name"] for s in subjects]
+    footer = ["verdict"] + [s["verdict"] for s in subjects]
+    widths = [max(len(row[i]) for row in [header, footer, *rows]) for i in range(len(header))]
+
+    def line(row: list[str]) -> str:
+        cells = (text.ljust(width) for text, width in zip(row, widths, strict=True))
+        return "  ".join(cells).rstrip()
+
+    rule = "  ".join("-" * width for width in widths)
+    lines = [line(header), rule, *map(line, rows), rule, line(footer)]
+    lines += [f"[{i}] {reason}" for i, reason in enumerate(reasons, 1)]
+    lines.append(
+        "cells: pass/FAIL/unmet (a SHOULD not met)/skip[n] (not checked, reason n)/- (no test); "
+        "x.xx = worst error / tolerance budget (<= 1 passes)"
+    )
+    return lines

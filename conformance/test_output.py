@@ -13,6 +13,7 @@ from conformance.assertions import (
     fail,
 )
 from conformance.harness import Case
+from conformance.measurements import ANDREA
 from conformance.strategies import cases, data_seeds
 from conformance.tolerance import (
     compare,
@@ -150,9 +151,6 @@ def test_output_is_affine_in_values(subject, dtype, a, c):
             f"attention({a:g} V + {c:g}) differs from {a:g} "
             f"attention(V) + {c:g} by {error:.3e} at {index}, but should be within {allowed:.3e}",
         )
-
-
-ANDREA = dict(d_model=768, heads=12, d_k=64, t=1024)
 
 
 @pytest.mark.claim("OUT-MULTIHEAD")

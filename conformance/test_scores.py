@@ -17,6 +17,7 @@ from conformance.assertions import (
     fail,
 )
 from conformance.harness import Case
+from conformance.measurements import MATH_SEED, sample_dot_products, saturation
 from conformance.probe import all_weights
 from conformance.tolerance import compare, max_error, naive_baseline_weights
 from impls.contract import causal_mask, resolve_scale
@@ -25,22 +26,12 @@ from impls.numpy_reference import reference_attention, reference_scores, referen
 
 ANDREA_T, ANDREA_D_K, ANDREA_HEADS = 1024, 64, 12
 Z = 6.0  # sigmas: a fixed-seed sample of the right law falls outside with probability ~2e-9
-MATH_SEED = 20170612
 
 
 def variance_bound(expected_var: float, fourth_moment: float, samples: int) -> float:
     """Half-width of a Z-sigma interval for a sample variance of ``samples`` draws of a zero-mean
     variable with variance ``expected_var`` and fourth moment ``fourth_moment``."""
     return Z * math.sqrt((fourth_moment - expected_var**2) / samples)
-
-
-def sample_dot_products(rng, d: int, samples: int, unit_norm: bool = False) -> np.ndarray:
-    a = rng.standard_normal((samples, d), dtype=np.float32)
-    b = rng.standard_normal((samples, d), dtype=np.float32)
-    if unit_norm:
-        a /= np.linalg.norm(a, axis=1, keepdims=True)
-        b /= np.linalg.norm(b, axis=1, keepdims=True)
-    return np.einsum("nd,nd->n", a, b, dtype=np.float64)
 
 
 def check_variance(claim: str, what: str, samples: np.ndarray, variance: float, fourth: float):
@@ -269,30 +260,6 @@ def test_reciprocal_multiply_matches_division_within_one_ulp():
 
 
 # --- SOFTMAX-SATURATION ------------------------------------------------------------------------
-
-SATURATION_KEYS = 128
-
-
-def softmax_rows(scores: np.ndarray) -> np.ndarray:
-    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return weights / weights.sum(axis=-1, keepdims=True)
-
-
-def jacobian_norms(weights: np.ndarray) -> np.ndarray:
-    """Frobenius norm of each row's softmax Jacobian diag(p) - p p^T."""
-    n = weights.shape[-1]
-    jacobians = weights[:, :, None] * np.eye(n)[None] - weights[:, :, None] * weights[:, None, :]
-    return np.linalg.norm(jacobians, axis=(1, 2))
-
-
-def saturation(d_k: int, scale: float) -> tuple[float, float, float]:
-    """(mean largest weight, fraction of rows whose Jacobian norm < 1e-2, median Jacobian norm)
-    over 128 rows of 128 keys with unit-variance q, k."""
-    rng = np.random.default_rng([MATH_SEED, d_k])
-    q, k = rng.standard_normal((2, SATURATION_KEYS, d_k))
-    weights = softmax_rows(q @ k.T * scale)
-    norms = jacobian_norms(weights)
-    return float(weights.max(axis=1).mean()), float((norms < 1e-2).mean()), float(np.median(norms))
 
 
 @pytest.mark.claim("SOFTMAX-SATURATION")

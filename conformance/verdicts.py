@@ -25,6 +25,7 @@ class ClaimRecord:
     skipped: int = 0
     skip_reasons: set[str] = field(default_factory=set)
     failing_tests: list[str] = field(default_factory=list)
+    worst_budget_fraction: float | None = None  # largest error / tolerance budget in its tests
 
     @property
     def verdict(self) -> str:
@@ -43,9 +44,22 @@ class Ledger:
         self.implementations = list(implementations)
         self.records: dict[tuple[str, str], ClaimRecord] = defaultdict(ClaimRecord)
 
-    def record(self, subject: str, claims: list[str], outcome: str, test_id: str, reason: str = ""):
+    def record(
+        self,
+        subject: str,
+        claims: list[str],
+        outcome: str,
+        test_id: str,
+        reason: str = "",
+        budget_fraction: float | None = None,
+    ):
         for claim in claims:
             entry = self.records[(subject, claim)]
+            if budget_fraction is not None and not (
+                entry.worst_budget_fraction is not None
+                and budget_fraction <= entry.worst_budget_fraction
+            ):
+                entry.worst_budget_fraction = budget_fraction
             if outcome == "passed":
                 entry.passed += 1
             elif outcome == "failed":

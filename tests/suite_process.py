@@ -14,13 +14,22 @@ def run_suite(
     *args: str, timeout: float = 600, env_overrides: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
     """``python -m pytest conformance ARGS`` from the repository root, output captured."""
-    env = dict(os.environ) | (env_overrides or {})
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env.pop("ATTNSPEC_IMPL", None)
+    return run_module(
+        "pytest", "conformance", "-p", "no:cacheprovider", *args, timeout=timeout, env=env_overrides
+    )
+
+
+def run_module(
+    module: str, *args: str, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS`` from the repository root, output captured."""
+    environ = dict(os.environ) | (env or {})
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))
+    environ.pop("ATTNSPEC_IMPL", None)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
-        env=env,
+        env=environ,
         capture_output=True,
         text=True,
         timeout=timeout,

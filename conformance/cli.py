@@ -1,0 +1,321 @@
+"""The ``attnspec`` command: list implementations, run the suite and print the claim matrix,
+explain a claim, reproduce the document's numbers.
+
+``attnspec run`` is a thin layer over ``python -m pytest`` on the installed conformance suite:
+the suite runs in a child process (its progress streams through), writes its JSON report, and
+the matrix is printed from that report. The exit status is pytest's: 0 when every MUST claim
+held, 1 when one failed, 4 on a usage error, 5 when nothing was checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from conformance.measurements import (
+    andrea_numbers,
+    dot_product_std,
+    masked_softmax_example,
+    saturation,
+)
+from conformance.report import matrix_lines
+from conformance.selection import split_names
+from impls.registry import BUILTINS, RegistryError, entry_point_names, resolve
+from spec.catalogue import load_catalogue
+
+CONFORMANCE_DIR = Path(__file__).resolve().parent
+PROFILES = ("ci", "dev", "thorough")
+USAGE_ERROR = 2
+
+
+# --- attnspec list ------------------------------------------------------------------------------
+
+
+def command_list(options: argparse.Namespace) -> int:
+    names = [(name, "built-in") for name in BUILTINS]
+    names += [(name, "entry point") for name in entry_point_names()]
+    names += [(name, "--impl") for name in split_names(options.impl)]
+    rows = [("name", "source", "version", "device", "declares", "runs here")]
+    unresolved = []
+    for name, source in names:
+        try:
+            impl = resolve(name)
+        except RegistryError as exc:
+            rows.append((name, source, "-", "-", "-", f"no: {exc}"))
+            unresolved.append(name)
+            continue
+        reason = impl.unavailable_reason()
+        rows.append(
+            (
+                name,
+                source,
+                impl.version(),
+                f"{impl.family} on {impl.device}",
+                impl.capabilities.describe(),
+                f"no: {reason}" if reason else "yes",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [text.ljust(width) for text, width in zip(row, widths, strict=False)]
+        print("  ".join([*cells, row[-1]]))
+    if unresolved:
+        return usage_error(f"--impl {', '.join(unresolved)}: not an implementation (see above)")
+    return 0
+
+
+# --- attnspec run -------------------------------------------------------------------------------
+
+
+def pytest_arguments(options: argparse.Namespace, report_json: Path) -> list[str]:
+    args = [
+        str(CONFORMANCE_DIR),
+        "-p",
+        "conformance.plugin",
+        "-q",
+        "--report-json",
+        str(report_json),
+    ]
+    for value in options.impl or ():
+        args += ["--impl", value]
+    for value in options.claims or ():
+        args += ["--claims", value]
+    args += ["--hypothesis-profile", options.profile]
+    if options.seed is not None:
+        args += ["--attnspec-seed", str(options.seed)]
+    if options.report_html:
+        args += ["--report-html", str(options.report_html)]
+    if options.junitxml:
+        args += ["--junitxml", str(options.junitxml)]
+    if options.workers:
+        args += ["-n", str(options.workers), "--dist", "loadgroup"]
+    if options.timeout:
+        args += ["--timeout", str(options.timeout), "--timeout-method", "thread"]
+    if options.strict:
+        args.append("--strict")
+    return args + list(options.pytest_args)
+
+
+def command_run(options: argparse.Namespace) -> int:
+    catalogue = load_catalogue()
+    for pattern in split_names(options.claims):
+        if not catalogue.matching([pattern]):
+            return usage_error(
+                f"--claims {pattern} matches no claim; claims are: "
+                + ", ".join(c.id for c in catalogue)
+            )
+    with tempfile.TemporaryDirectory(prefix="attnspec-run-") as scratch:
+        report_json = options.report_json or Path(scratch) / "report.json"
+        command = [sys.executable, "-m", "pytest", *pytest_arguments(options, report_json)]
+        print("attnspec run: " + " ".join(command[1:]), flush=True)
+        status = subprocess.call(command)
+        if not report_json.exists():
+            print(
+                f"attnspec run: the suite ended with status {status} and wrote no report "
+                + ("(a usage error: see above)" if status == 4 else "(it crashed: see above)"),
+                file=sys.stderr,
+            )
+            return status or 1
+        report = json.loads(report_json.read_text())
+    print()
+    print("attnspec: claim x implementation")
+    for line in matrix_lines(report):
+        print(line)
+    return status
+
+
+# --- attnspec explain ---------------------------------------------------------------------------
+
+
+def tests_of_claims() -> dict[str, list[str]]:
+    """claim -> conformance tests marked with it, read from the test modules' source."""
+    found: dict[str, list[str]] = {}
+    for module in sorted(CONFORMANCE_DIR.glob("test_*.py")):
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            for decorator in node.decorator_list:
+                if (
+                    isinstance(decorator, ast.Call)
+                    and isinstance(decorator.func, ast.Attribute)
+                    and decorator.func.attr == "claim"
+                ):
+                    for arg in decorator.args:
+                        if isinstance(arg, ast.Constant):
+                            found.setdefault(arg.value, []).append(
+                                f"conformance/{module.name}::{node.name}"
+                            )
+    return found
+
+
+def command_explain(options: argparse.Namespace) -> int:
+    catalogue = load_catalogue()
+    claim_id = options.claim.upper()
+    if claim_id not in catalogue:
+        close = difflib.get_close_matches(claim_id, [c.id for c in catalogue], n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        return usage_error(
+            f"unknown claim {options.claim!r}{hint} Claims: {', '.join(c.id for c in catalogue)}"
+        )
+    claim = catalogue[claim_id]
+    section = claim.section
+    print(f"{claim.id} ({claim.level}): section {section.number}, {section.title} ({claim.group})")
+    print(f"  {claim.statement}")
+    print(f"  checked on: {claim.checked_on}")
+    if claim.follows_from:
+        print(f"  follows from: {', '.join(claim.follows_from)}")
+    if claim.erratum:
+        print(f"  erratum: {claim.erratum}")
+    tests = tests_of_claims().get(claim.id, [])
+    print(f"  tests ({len(tests)}):")
+    for test in tests:
+        print(f"    {test}")
+    print(f"  run them: attnspec run --claims {claim.id}")
+    return 0
+
+
+# --- attnspec demo ------------------------------------------------------------------------------
+
+
+def command_demo(options: argparse.Namespace) -> int:
+    print("Dot products of independent standard-normal vectors grow as sqrt(d) (DOT-GROWTH);")
+    print("for unit vectors they shrink as 1/sqrt(d) instead (its erratum):")
+    print(f"  {'d':>6}  {'std of q.k':>10}  {'sqrt(d)':>8}  {'unit vectors':>12}  {'1/sqrt(d)':>9}")
+    for d in (64, 256, 4096):
+        print(
+            f"  {d:>6}  {dot_product_std(d):>10.2f}  {math.sqrt(d):>8.0f}  "
+            f"{dot_product_std(d, unit_norm=True):>12.4f}  {1 / math.sqrt(d):>9.4f}"
+        )
+    print()
+    print("The softmax of unscaled scores is peaked; scaled by 1/sqrt(d_k) it is not")
+    print("(SOFTMAX-SATURATION; 128 rows of 128 keys, mean largest weight, rows whose Jacobian")
+    print("norm is below 1e-2):")
+    columns = ("unscaled max", "vanishing", "scaled max", "vanishing")
+    print(f"  {'d_k':>6}  " + "  ".join(columns))
+    for d_k in (64, 256, 1024, 4096):
+        unscaled, scaled = saturation(d_k, 1.0), saturation(d_k, 1 / math.sqrt(d_k))
+        values = (unscaled[0], unscaled[1], scaled[0], scaled[1])
+        print(
+            f"  {d_k:>6}  "
+            + "  ".join(f"{v:>{len(c)}.3f}" for v, c in zip(values, columns, strict=True))
+        )
+    print()
+    weights = masked_softmax_example()
+    print(f"Causal softmax rows of a small example (T = {len(weights)}, d_k = 4): zeros above the")
+    print("diagonal (MASK-ZERO), row 0 all on key 0 (MASK-ROW0), every row sums to 1:")
+    for i, row in enumerate(weights):
+        print(f"  row {i}: " + "  ".join(f"{w:.3f}" for w in row) + f"   sum {row.sum():.3f}")
+    print()
+    print("ANDREA-120M (d_model 768, 12 heads, d_k 64, T 1024), one attention layer:")
+    for what, value in andrea_numbers().items():
+        text = f"{value:,}" if isinstance(value, int) else str(value)
+        print(f"  {what}: {text}")
+    return 0
+
+
+# --- the parser ---------------------------------------------------------------------------------
+
+
+def usage_error(message: str) -> int:
+    print(f"attnspec: error: {message}", file=sys.stderr)
+    return USAGE_ERROR
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}, but should be a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}, but should be >= 1")
+    return value
+
+
+def seed(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}, but should be a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}, but should be >= 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="attnspec",
+        description="The conformance suite for causal scaled dot-product attention.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    listing = commands.add_parser("list", help="known implementations and whether they run here")
+    listing.add_argument(
+        "--impl", action="append", metavar="NAME[,NAME...]", help="also list these (module:attr)"
+    )
+    listing.set_defaults(handler=command_list)
+
+    run = commands.add_parser(
+        "run",
+        help="run the suite and print the claim x implementation matrix",
+        description="Run the conformance suite; arguments after -- go to pytest unchanged.",
+    )
+    run.add_argument(
+        "--impl",
+        action="append",
+        metavar="NAME[,NAME...]",
+        help="implementations to judge (default: $ATTNSPEC_IMPL, else every built-in)",
+    )
+    run.add_argument(
+        "--claims", action="append", metavar="PATTERN[,PATTERN...]", help="default: every claim"
+    )
+    run.add_argument(
+        "--profile", choices=PROFILES, default="ci", help="hypothesis profile (default: ci)"
+    )
+    run.add_argument("--seed", type=seed, metavar="N", help="input seed (default: the suite's)")
+    run.add_argument("--report-json", type=Path, metavar="PATH", help="default: no file")
+    run.add_argument("--report-html", type=Path, metavar="PATH", help="default: no file")
+    run.add_argument("--junitxml", type=Path, metavar="PATH", help="default: no file")
+    run.add_argument(
+        "-n",
+        "--workers",
+        type=positive_int,
+        metavar="N",
+        help="run on N pytest-xdist workers: a crash or hang fails only its implementation "
+        "(default: one process, no isolation)",
+    )
+    run.add_argument(
+        "--timeout",
+        type=positive_int,
+        metavar="SECONDS",
+        help="fail a test after SECONDS (with --workers, even a hang in C code). Default: none",
+    )
+    run.add_argument("--strict", action="store_true", help="SHOULD failures fail the run")
+    run.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help=argparse.SUPPRESS)
+    run.set_defaults(handler=command_run)
+
+    explain = commands.add_parser("explain", help="a claim, its source, its tests, its erratum")
+    explain.add_argument("claim", metavar="CLAIM-ID")
+    explain.set_defaults(handler=command_explain)
+
+    demo = commands.add_parser("demo", help="the document's numbers, measured")
+    demo.set_defaults(handler=command_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = build_parser().parse_args(argv)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    return options.handler(options)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

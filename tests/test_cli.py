@@ -1,0 +1,153 @@
+"""The attnspec command: list, run (the matrix, JSON, HTML, JUnit), explain, demo, bad arguments."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tests.suite_process import run_module
+
+MUTANT = "tests.zoo.mutants:mask_off_by_one"
+
+
+def attnspec(*args: str):
+    return run_module("conformance", *args)
+
+
+def test_list_shows_every_builtin_and_whether_it_runs_here():
+    run = attnspec("list")
+    assert run.returncode == 0, run.stderr
+    rows = {line.split()[0]: line for line in run.stdout.splitlines()[1:]}
+    assert {"numpy_reference", "numpy", "torch_sdpa", "torch_sdpa_cuda"} <= set(rows)
+    assert rows["numpy"].rstrip().endswith("yes")
+    assert "float64/float32" in rows["numpy"]
+
+
+def test_list_names_an_unresolvable_impl_and_exits_with_usage_error():
+    run = attnspec("list", "--impl", "tests.planted.plain:NOT_CALLABLE")
+    assert run.returncode == 2
+    assert "neither an attnspec Implementation nor a callable" in run.stdout
+    assert "--impl tests.planted.plain:NOT_CALLABLE: not an implementation" in run.stderr
+
+
+@pytest.fixture(scope="module")
+def mutant_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    run = attnspec(
+        "run",
+        "--impl",
+        f"numpy,{MUTANT}",
+        "--claims",
+        "MASK-ZERO,MASK-ROW0,OUT-FORMULA",
+        "--report-json",
+        str(out / "report.json"),
+        "--report-html",
+        str(out / "report.html"),
+        "--junitxml",
+        str(out / "junit.xml"),
+    )
+    return run, out
+
+
+def test_run_prints_the_matrix_with_the_mutant_failing(mutant_run):
+    run, _ = mutant_run
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-2000:]
+    matrix = run.stdout.split("attnspec: claim x implementation", 1)[1]
+    rows = {line.split()[0]: line.split()[2:] for line in matrix.splitlines() if "(MUST)" in line}
+    assert rows["MASK-ZERO"] == ["pass", "FAIL"]
+    assert rows["MASK-ROW0"] == ["pass", "FAIL"]
+    numpy_cell, mutant_cell = re.findall(r"(pass|FAIL) ([0-9.e+]+)", matrix.split("OUT-FORMULA")[1])
+    assert float(numpy_cell[1]) <= 1 < float(mutant_cell[1])
+    assert re.search(r"verdict\s+conforms\s+FAILS", matrix)
+
+
+def test_run_writes_json_html_and_junit(mutant_run):
+    _, out = mutant_run
+    report = json.loads((out / "report.json").read_text())
+    assert report["schema"] == "attnspec-report/1"
+    subjects = {s["name"]: s for s in report["subjects"]}
+    assert subjects[MUTANT]["claims"]["MASK-ZERO"]["verdict"] == "FAILED"
+    assert subjects[MUTANT]["claims"]["MASK-ZERO"]["failing_tests"]
+    assert subjects["numpy"]["claims"]["OUT-FORMULA"]["worst_budget_fraction"] <= 1
+    html = (out / "report.html").read_text()
+    assert "MASK-ZERO (MUST)" in html
+    assert "numpy: <b>conforms</b>" in html
+    assert f"{MUTANT}: <b>FAILS</b>" in html
+    if importlib.util.find_spec("matplotlib"):
+        assert html.count("data:image/png;base64,") == 4  # growth, saturation, heat map, budgets
+    else:
+        assert "Plots need matplotlib" in html
+    cases = ET.parse(out / "junit.xml").getroot().iter("testcase")
+    assert any(case.find("failure") is not None and MUTANT in case.get("name") for case in cases)
+
+
+def test_html_report_renders_without_matplotlib(monkeypatch, mutant_run):
+    from conformance.html_report import render_html
+
+    _, out = mutant_run
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    html = render_html(json.loads((out / "report.json").read_text()))
+    assert "Plots need matplotlib" in html
+    assert "MASK-ZERO (MUST)" in html
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "--claims", "NOPE-*"], "--claims NOPE-* matches no claim"),
+        (["run", "--profile", "fast"], "invalid choice: 'fast'"),
+        (["run", "--workers", "0"], "0, but should be >= 1"),
+        (["run", "--seed", "x"], "'x', but should be a whole number"),
+        (["explain", "MASK-ZER"], "did you mean MASK-ZERO"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        ([], "the following arguments are required: COMMAND"),
+    ],
+)
+def test_bad_arguments_are_usage_errors(args, message):
+    run = attnspec(*args)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert message in run.stderr
+
+
+def test_run_of_an_unknown_impl_reports_pytests_usage_error():
+    run = attnspec("run", "--impl", "no_such_impl")
+    assert run.returncode == 4
+    assert "unknown implementation 'no_such_impl'" in run.stderr
+    assert "wrote no report (a usage error" in run.stderr
+
+
+def test_run_where_nothing_is_checked_exits_5():
+    run = attnspec("run", "--impl", "torch_sdpa_cuda", "--claims", "CONTRACT-DETERMINISM")
+    if "torch_sdpa_cuda cannot run here" not in run.stdout:
+        pytest.skip("torch_sdpa_cuda can run on this machine")
+    assert run.returncode == 5
+    assert "nothing was checked" in run.stdout
+
+
+def test_explain_names_level_section_tests_and_erratum():
+    run = attnspec("explain", "dot-growth")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("DOT-GROWTH (MUST): section 1, Why divide by sqrt(d_k)")
+    assert "erratum: The document calls the vectors 'unit vectors'" in run.stdout
+    assert "conformance/test_scores.py::test_dot_products_grow_as_sqrt_d" in run.stdout
+
+
+def test_demo_reproduces_the_documents_numbers():
+    run = attnspec("demo")
+    assert run.returncode == 0, run.stderr
+    stds = {
+        int(m[0]): (float(m[1]), float(m[2]))
+        for m in re.findall(r"^\s+(\d+)\s+([\d.]+)\s+\d+\s+([\d.]+)\s+[\d.]+$", run.stdout, re.M)
+    }
+    for d, expected in ((64, 8), (256, 16), (4096, 64)):
+        measured, unit = stds[d]
+        assert abs(measured / expected - 1) < 0.03, (d, measured)
+        assert abs(unit * expected - 1) < 0.03, (d, unit)  # the erratum: 1/sqrt(d)
+    assert "row 0: 1.000  0.000  0.000  0.000  0.000   sum 1.000" in run.stdout
+    assert "scores per layer: 12,582,912" in run.stdout
+    assert "heads concatenated: (1024, 768)" in run.stdout
