@@ -1,7 +1,7 @@
 """``numpy``: attention in NumPy for float32 and float64, computed in the input's dtype.
 
 Unlike the oracle it never widens to float64, so it shows what a same-precision implementation
-of the formula achieves. Queries go in blocks of 128 rows; a block's scores are computed only
+of the formula achieves. Queries go in blocks of 64 rows; a block's scores are computed only
 against the keys its last row may see, so under the causal mask about half of the (Tq, Tk)
 products and exponentials are never computed, and only the block's (Tq-block, keys) buffer is
 alive at a time. Each row is normalised after the product with V (one division per output
@@ -23,7 +23,7 @@ from impls.contract import (
     validate_inputs,
 )
 
-QUERY_BLOCK = 128
+QUERY_BLOCK = 64
 
 
 @functools.lru_cache(maxsize=8)

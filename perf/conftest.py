@@ -1,0 +1,27 @@
+"""The performance run's table: every measurement a test records is printed at the end."""
+
+from __future__ import annotations
+
+import pytest
+
+RESULTS_KEY = pytest.StashKey[list]()
+
+
+@pytest.fixture
+def perf_table(request: pytest.FixtureRequest) -> list:
+    """Rows (what, implementation, shape and dtype, median ms, rate, note) for the final table."""
+    return request.config.stash.setdefault(RESULTS_KEY, [])
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    rows = config.stash.get(RESULTS_KEY, [])
+    if not rows:
+        return
+    header = ("measurement", "implementation", "shape, dtype", "median", "rate", "note")
+    table = [header, *rows]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+    terminalreporter.write_sep("=", "attnspec performance")
+    for row in table:
+        terminalreporter.write_line(
+            "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
+        )
