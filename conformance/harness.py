@@ -127,6 +127,7 @@ class Subject:
                 ("Tq != Tk", case.tq != case.tk, caps.cross_length),
                 ("an explicit scale", case.scale is not None, caps.explicit_scale),
                 (f"head dim {case.head_dim}", True, caps.supports_head_dim(case.head_dim)),
+                ("Dv != D", case.value_dim != case.head_dim, caps.distinct_value_dim),
                 ("attention weights", weights, caps.exposes_weights),
                 ("autograd", autograd, caps.autograd),
             )

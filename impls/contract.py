@@ -47,6 +47,7 @@ class Capabilities:
     explicit_scale: bool = True
     non_causal: bool = True
     head_dims: tuple[int, ...] | None = None  # None: every D >= 1
+    distinct_value_dim: bool = True  # v's head dim Dv may differ from q's and k's D
     exposes_weights: bool = False  # has attention_weights(), the (B, H, Tq, Tk) softmax
 
     def __post_init__(self) -> None:
@@ -66,6 +67,7 @@ class Capabilities:
                 ("Tq<Tk", self.cross_length),
                 ("scale", self.explicit_scale),
                 ("non-causal", self.non_causal),
+                ("Dv!=D", self.distinct_value_dim),
                 ("weights", self.exposes_weights),
             )
             if on

@@ -40,6 +40,15 @@ BUILTINS: dict[str, Builtin] = {
     "torch_sdpa": Builtin(
         "impls.torch_backend", "TorchSdpa", note="F.scaled_dot_product_attention"
     ),
+    "triton_flash": Builtin(
+        "impls.triton_flash",
+        "TritonFlash",
+        note="fused Triton kernel; on the CPU through TRITON_INTERPRET=1",
+    ),
+    "jax": Builtin(
+        "impls.jax_backend", "JaxDotProductAttention", note="jax.nn.dot_product_attention"
+    ),
+    "jax_formula": Builtin("impls.jax_backend", "JaxFormula", note="the formula in jax.numpy"),
     "torch_eager_cuda": Builtin(
         "impls.torch_backend", "TorchEager", (("device", "cuda"),), note="torch_eager on CUDA"
     ),

@@ -1,0 +1,71 @@
+"""``triton_flash``: a fused causal attention kernel in Triton (see ``triton_flash_kernel.py``).
+
+On a CUDA device it runs compiled, in float32, float16 and bfloat16. Without one, with
+``TRITON_INTERPRET=1`` set before the process starts, Triton's interpreter runs the same kernel
+on the CPU with torch CPU tensors, in float32: a GPU kernel the suite validates on every CPU run.
+triton and torch are optional: without them this implementation reports why it cannot run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from impls.contract import Capabilities, Implementation, resolve_scale, validate_inputs
+from impls.torch_backend import TorchArrays, torch
+
+INTERPRETER_DTYPES = ("float32",)
+GPU_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+class TritonFlash(TorchArrays, Implementation):
+    name = "triton_flash"
+
+    def __init__(self):
+        on_gpu = torch is not None and not interpreted() and torch.cuda.is_available()
+        self.device = "cuda" if on_gpu else "cpu"
+        self.capabilities = Capabilities(dtypes=GPU_DTYPES if on_gpu else INTERPRETER_DTYPES)
+
+    def version(self) -> str:
+        if importlib.util.find_spec("triton") is None:
+            return "triton not installed"
+        import triton
+
+        mode = "compiled" if self.device == "cuda" else "interpreter"
+        return f"triton {triton.__version__} ({mode}), {super().version()}"
+
+    def unavailable_reason(self) -> str | None:
+        if importlib.util.find_spec("triton") is None:
+            return "triton is not installed (pip install triton)"
+        reason = super().unavailable_reason()
+        if reason:
+            return reason
+        if self.device == "cpu" and not interpreted():
+            return "no CUDA device, and TRITON_INTERPRET=1 was not set to run Triton's interpreter"
+        return None
+
+    def attention(self, q, k, v, *, causal=True, scale=None):
+        validate_inputs(q, k, v, causal=causal, scale=scale)
+        for label, tensor in (("q", q), ("k", k), ("v", v)):
+            dtype = str(tensor.dtype).removeprefix("torch.")
+            if dtype not in self.capabilities.dtypes:
+                raise TypeError(
+                    f"{label}.dtype={dtype}, but should be one of {self.capabilities.dtypes} "
+                    f"[{self.name} on {self.device}]"
+                )
+            if tensor.dtype != q.dtype:
+                raise TypeError(f"{label}.dtype={dtype}, but should equal q.dtype={q.dtype}")
+            if tensor.device.type != self.device:
+                raise ValueError(
+                    f"{label} is on {tensor.device}, but should be on {self.device} [{self.name}]"
+                )
+        from impls.triton_flash_kernel import launch  # triton is imported here, not before
+
+        q, k, v = (x.contiguous() for x in (q, k, v))
+        out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=q.device)
+        launch(q, k, v, out, scale=resolve_scale(scale, q.shape[-1]), causal=causal)
+        return out
