@@ -26,6 +26,7 @@ from conformance.measurements import (
     masked_softmax_example,
     saturation,
 )
+from conformance.plugin import seed_value
 from conformance.report import matrix_lines
 from conformance.selection import split_names
 from impls.registry import BUILTINS, RegistryError, entry_point_names, resolve
@@ -240,16 +241,6 @@ def positive_int(text: str) -> int:
     return value
 
 
-def seed(text: str) -> int:
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}, but should be a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value}, but should be >= 0")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnspec",
@@ -280,7 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--profile", choices=PROFILES, default="ci", help="hypothesis profile (default: ci)"
     )
-    run.add_argument("--seed", type=seed, metavar="N", help="input seed (default: the suite's)")
+    run.add_argument(
+        "--seed", type=seed_value, metavar="N", help="input seed (default: the suite's)"
+    )
     run.add_argument("--report-json", type=Path, metavar="PATH", help="default: no file")
     run.add_argument("--report-html", type=Path, metavar="PATH", help="default: no file")
     run.add_argument("--junitxml", type=Path, metavar="PATH", help="default: no file")
