@@ -7,6 +7,7 @@ x64 mode, which is switched on for the process when the first of them is created
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from typing import Any
 
@@ -22,6 +23,7 @@ from impls.contract import (
 )
 
 
+@functools.cache
 def _jax():
     import jax
 

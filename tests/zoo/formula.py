@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance.measurements import softmax_rows
 from impls.contract import causal_mask, resolve_scale
 
 
@@ -15,11 +16,6 @@ def scores_of(q, k, scale: float | None) -> np.ndarray:
 def masked(scores: np.ndarray, causal: bool) -> np.ndarray:
     """Future scores set to -inf, bottom-right aligned."""
     return np.where(causal_mask(*scores.shape[-2:]), scores, -np.inf) if causal else scores
-
-
-def softmax_rows(scores: np.ndarray) -> np.ndarray:
-    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return weights / weights.sum(axis=-1, keepdims=True)
 
 
 def attend(q, k, v, *, causal: bool, scale: float | None) -> np.ndarray:
