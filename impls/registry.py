@@ -36,6 +36,9 @@ BUILTINS: dict[str, Builtin] = {
         "impls.numpy_reference", "NumpyReference", note="float64 oracle, the literal formula"
     ),
     "numpy": Builtin("impls.numpy_vectorised", "NumpyVectorised", note="vectorised NumPy"),
+    "numpy_flash": Builtin(
+        "impls.numpy_flash", "NumpyFlash", note="cupy_flash's tiling and online softmax, in NumPy"
+    ),
     "torch_eager": Builtin("impls.torch_backend", "TorchEager", note="the formula in torch ops"),
     "torch_sdpa": Builtin(
         "impls.torch_backend", "TorchSdpa", note="F.scaled_dot_product_attention"
