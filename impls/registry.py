@@ -52,6 +52,12 @@ BUILTINS: dict[str, Builtin] = {
         "impls.jax_backend", "JaxDotProductAttention", note="jax.nn.dot_product_attention"
     ),
     "jax_formula": Builtin("impls.jax_backend", "JaxFormula", note="the formula in jax.numpy"),
+    "cupy_naive": Builtin(
+        "impls.cupy_backend", "CupyNaive", note="the document's CUDA kernel, one thread per score"
+    ),
+    "cupy_flash": Builtin(
+        "impls.cupy_backend", "CupyFlash", note="fused CUDA kernel, tensor cores for fp16/bf16"
+    ),
     "torch_eager_cuda": Builtin(
         "impls.torch_backend", "TorchEager", (("device", "cuda"),), note="torch_eager on CUDA"
     ),

@@ -13,7 +13,7 @@ def test_every_builtin_resolves_and_declares_itself():
     for name in BUILTINS:
         impl = resolve(name)
         assert impl.name == name
-        assert impl.family in ("numpy", "torch", "jax")
+        assert impl.family in ("numpy", "torch", "jax", "cupy")
         assert impl.capabilities.dtypes
 
 

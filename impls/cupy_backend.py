@@ -1,0 +1,228 @@
+"""CuPy implementations on CUDA: ``cupy_naive`` (the document's kernel) and ``cupy_flash``
+(one fused tensor-core kernel). Their sources are ``cupy_naive.cu`` and ``cupy_flash.cu``,
+listed in :mod:`impls.cuda_kernels`, compiled once per process with ``cupy.RawModule``.
+
+bfloat16: CuPy has no bfloat16 dtype, so a bfloat16 array is carried as its 16-bit patterns in a
+``uint16`` CuPy array (the upper half of the float32 with the same value); ``from_numpy`` makes
+such arrays, ``to_numpy`` widens them to float32 exactly, and ``dtype_name`` reports ``uint16``
+as ``bfloat16``. Inputs must be C-contiguous CuPy arrays on the current device; anything else is
+rejected with the reason, never copied behind the caller's back.
+
+cupy is optional: without it, or without a CUDA device, both implementations exist, declare what
+they support, and say why they cannot run.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from impls.contract import (
+    Capabilities,
+    ContractViolation,
+    Implementation,
+    resolve_scale,
+    validate_inputs,
+)
+from impls.cuda_kernels import COMMON_OPTIONS, FLASH_HEAD_DIMS, SOURCES, flash_entry_point
+from impls.dtypes import numpy_storage
+from impls.numpy_flash import BLOCK_M
+
+try:
+    import cupy
+except ImportError:  # optional dependency: reported through unavailable_reason()
+    cupy = None
+
+GRID_Y_LIMIT = 65535  # CUDA's limit on gridDim.y and gridDim.z
+NAIVE_SCORE_THREADS = 128
+NAIVE_VALUE_THREADS = 64
+SOFTMAX_THREADS = 256  # as SOFTMAX_THREADS in cupy_naive.cu
+# Both flash kernels run BLOCK_M * 2 threads: 16 rows per warp on the tensor cores, and two
+# threads per row for float32 (TENSOR_CORE_THREADS and F32_THREADS in cupy_flash.cu).
+FLASH_THREADS = BLOCK_M * 2
+
+
+@functools.cache
+def kernel_module(source_name: str):
+    """The compiled module of one of :data:`impls.cuda_kernels.SOURCES`, once per process."""
+    source = SOURCES[source_name]
+    return cupy.RawModule(code=source.text(), options=COMMON_OPTIONS + source.options)
+
+
+def bfloat16_bits(array: np.ndarray) -> np.ndarray:
+    """uint16 patterns of float64 values that are exact in bfloat16."""
+    return (np.asarray(array, np.float32).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+
+
+def bfloat16_values(bits: np.ndarray) -> np.ndarray:
+    """float32 values of uint16 bfloat16 patterns (exact)."""
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+class CupyArrays:
+    """Conversions for implementations whose native arrays are CuPy arrays on a CUDA device."""
+
+    family = "cupy"
+    device = "cuda"
+
+    def version(self) -> str:
+        if cupy is None:
+            return "cupy not installed"
+        if self.unavailable_reason():
+            return f"cupy {cupy.__version__}"
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        return f"cupy {cupy.__version__}, {name} (sm_{props['major']}{props['minor']})"
+
+    def unavailable_reason(self) -> str | None:
+        if cupy is None:
+            return "cupy is not installed (pip install cupy-cuda13x)"
+        try:
+            count = cupy.cuda.runtime.getDeviceCount()
+        except Exception as exc:  # no driver: CUDARuntimeError
+            return f"no CUDA device ({type(exc).__name__}: {exc})"
+        if count == 0:
+            return "no CUDA device (cupy sees 0 devices)"
+        capability = cupy.cuda.Device().compute_capability  # "90" for sm_90
+        if int(capability) < 80:
+            return f"the kernels need sm_80 or newer (bf16 mma.sync); this is sm_{capability}"
+        return None
+
+    def from_numpy(self, array: np.ndarray, dtype: str) -> Any:
+        if dtype == "bfloat16":
+            return cupy.asarray(bfloat16_bits(array))
+        return cupy.asarray(np.ascontiguousarray(array, dtype=numpy_storage(dtype)))
+
+    def to_numpy(self, native: Any) -> np.ndarray:
+        if not isinstance(native, cupy.ndarray):
+            raise ContractViolation(
+                f"{self.name} returned {type(native).__module__}.{type(native).__qualname__}, "
+                "but should return cupy.ndarray"
+            )
+        host = cupy.asnumpy(native)
+        return bfloat16_values(host) if host.dtype == np.uint16 else host
+
+    def dtype_name(self, native: Any) -> str:
+        return "bfloat16" if native.dtype == np.uint16 else str(native.dtype)
+
+    def check_arrays(self, **arrays) -> str:
+        """The common dtype name of ``arrays``; a clear error for anything this cannot launch on."""
+        supported = self.capabilities.dtypes
+        names = set()
+        for label, array in arrays.items():
+            if not isinstance(array, cupy.ndarray):
+                raise TypeError(
+                    f"{label} is a {type(array).__module__}.{type(array).__qualname__}, but should "
+                    f"be a cupy.ndarray [{self.name}]"
+                )
+            if array.device.id != cupy.cuda.Device().id:
+                raise ValueError(
+                    f"{label} is on CUDA device {array.device.id}, but should be on the current "
+                    f"device {cupy.cuda.Device().id} [{self.name}]"
+                )
+            if not array.flags.c_contiguous:
+                raise ValueError(
+                    f"{label} is not C-contiguous (strides {array.strides}): {self.name} reads "
+                    f"(B, H, T, D) rows in place; pass cupy.ascontiguousarray({label})"
+                )
+            name = self.dtype_name(array)
+            if name not in supported:
+                raise TypeError(
+                    f"{label}.dtype={array.dtype} ({name}), but should be one of "
+                    f"{', '.join(supported)} (bfloat16 as uint16 bit patterns) [{self.name}]"
+                )
+            names.add(name)
+        if len(names) != 1:
+            raise TypeError(f"dtypes differ: {sorted(names)} [{self.name}]")
+        return names.pop()
+
+    def check_grid(self, batch_heads: int, tq: int) -> None:
+        if batch_heads > GRID_Y_LIMIT:
+            raise ValueError(
+                f"B*H={batch_heads}, but {self.name} launches one grid row per (batch, head) and "
+                f"CUDA allows at most {GRID_Y_LIMIT}"
+            )
+        if self.name == "cupy_naive" and tq > GRID_Y_LIMIT:
+            raise ValueError(
+                f"Tq={tq}, but cupy_naive launches one grid row per query and CUDA allows at "
+                f"most {GRID_Y_LIMIT}"
+            )
+
+
+def _scalar_scale(scale: float | None, head_dim: int) -> np.float32:
+    return np.float32(resolve_scale(scale, head_dim))
+
+
+class CupyNaive(CupyArrays, Implementation):
+    """The document's kernel: one thread per score, the (Tq, Tk) scores materialised."""
+
+    name = "cupy_naive"
+    capabilities = Capabilities(dtypes=("float32",))
+
+    def attention(self, q, k, v, *, causal=True, scale=None):
+        validate_inputs(q, k, v, causal=causal, scale=scale)
+        self.check_arrays(q=q, k=k, v=v)
+        batch, heads, tq, d = q.shape
+        tk, dv = k.shape[-2], v.shape[-1]
+        self.check_grid(batch * heads, tq)
+        module = kernel_module("cupy_naive")
+        scores = cupy.empty((batch * heads, tq, tk), dtype=cupy.float32)  # (B*H, Tq, Tk)
+        out = cupy.empty((batch, heads, tq, dv), dtype=cupy.float32)  # (B, H, Tq, Dv)
+        module.get_function("attention_scores")(
+            (math.ceil(tk / NAIVE_SCORE_THREADS), tq, batch * heads),
+            (NAIVE_SCORE_THREADS,),
+            (q, k, scores, np.int32(tq), np.int32(tk), np.int32(d),
+             _scalar_scale(scale, d), np.int32(scale is None), np.int32(causal)),
+        )  # fmt: skip
+        module.get_function("softmax_rows")(
+            (batch * heads * tq,), (SOFTMAX_THREADS,), (scores, np.int32(tk))
+        )
+        module.get_function("weighted_values")(
+            (math.ceil(dv / NAIVE_VALUE_THREADS), tq, batch * heads),
+            (NAIVE_VALUE_THREADS,),
+            (scores, v, out, np.int32(tq), np.int32(tk), np.int32(dv), np.int32(causal)),
+        )
+        return out
+
+
+class CupyFlash(CupyArrays, Implementation):
+    """One fused kernel per (dtype, head dim): tensor cores for float16 and bfloat16, CUDA cores
+    for float32; the tiling of :mod:`impls.numpy_flash`."""
+
+    name = "cupy_flash"
+    capabilities = Capabilities(
+        dtypes=("float32", "float16", "bfloat16"),
+        head_dims=FLASH_HEAD_DIMS,
+        distinct_value_dim=False,
+    )
+
+    def attention(self, q, k, v, *, causal=True, scale=None):
+        return self.attention_and_lse(q, k, v, causal=causal, scale=scale)[0]
+
+    def attention_and_lse(self, q, k, v, *, causal=True, scale=None):
+        """(out, lse): the output and each row's float32 log-sum-exp (B, H, Tq)."""
+        validate_inputs(q, k, v, causal=causal, scale=scale)
+        dtype = self.check_arrays(q=q, k=k, v=v)
+        batch, heads, tq, d = q.shape
+        tk, dv = k.shape[-2], v.shape[-1]
+        if d not in FLASH_HEAD_DIMS or dv != d:
+            raise ValueError(
+                f"head dims D={d}, Dv={dv}, but {self.name} is compiled for D = Dv in "
+                f"{', '.join(map(str, FLASH_HEAD_DIMS))}"
+            )
+        self.check_grid(batch * heads, tq)
+        kernel = kernel_module("cupy_flash").get_function(flash_entry_point(dtype, d))
+        out = cupy.empty(q.shape, dtype=q.dtype)  # (B, H, Tq, D)
+        # Always written (B*H*Tq floats, next to nothing beside the output) so that the kernel is
+        # launched the same way whether or not the caller asked for it.
+        lse = cupy.empty((batch, heads, tq), dtype=cupy.float32)  # (B, H, Tq)
+        kernel(
+            (math.ceil(tq / BLOCK_M), batch * heads),
+            (FLASH_THREADS,),
+            (q, k, v, out, lse, np.int32(tq), np.int32(tk),
+             _scalar_scale(scale, d), np.int32(causal)),
+        )  # fmt: skip
+        return out, lse

@@ -1,0 +1,352 @@
+// cupy_flash: fused attention in the manner of FlashAttention-2, one kernel per (dtype, head dim).
+//
+// One block per (BLOCK_M query rows, batch x head). It streams BLOCK_N keys at a time through
+// shared memory with an online softmax (running max m, running sum l, the accumulator rescaled
+// by exp(m_old - m_new)), stops after the last key tile its rows may see (bottom-right causal
+// alignment: query i sits at absolute position i + Tk - Tq), and never materialises the (Tq, Tk)
+// score matrix. The tiles, the skipping and the rescaling are those of impls/numpy_flash.py, the
+// NumPy mirror the suite validates on every CPU run; BLOCK_M and BLOCK_N come from there as -D
+// options (impls/cuda_kernels.py).
+//
+// Kernel versions side by side:
+//   flash_{f16,bf16}_d{32,64,128}  tensor cores (mma.sync m16n8k16), float32 accumulation;
+//                                  4 warps x 16 query rows, Q kept in registers as A fragments.
+//   flash_f32_d{32,64,128}         float32 on the CUDA cores; 2 threads per query row.
+//
+// 16-bit values travel as raw bits (unsigned short) and are converted with PTX cvt, so the source
+// needs no cuda_fp16.h / cuda_bf16.h and NVRTC compiles it with no include path (sm_80 and up).
+// All arrays are contiguous (B*H, T, D); LSE, when not null, receives each row's natural
+// log-sum-exp of its scaled, masked scores as float32.
+
+#ifndef BLOCK_M
+#error "compile with -DBLOCK_M=... -DBLOCK_N=... (impls/cuda_kernels.py passes numpy_flash's tiles)"
+#endif
+
+#define WARPS (BLOCK_M / 16)
+#define TENSOR_CORE_THREADS (WARPS * 32)
+#define F32_THREADS (BLOCK_M * 2)
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+// Shared-memory rows padded by 8 halves (16 bytes): the 8 row groups of a fragment load fall
+// on different banks, and every row stays 16-byte aligned for vector copies.
+#define ROW_PAD 8
+
+static_assert(BLOCK_M % 16 == 0, "a warp owns 16 query rows");
+static_assert(BLOCK_N % 16 == 0, "a key tile is a whole number of mma k-steps");
+
+typedef unsigned short bits16;
+typedef unsigned int bits32;
+
+__device__ __forceinline__ float negative_infinity() { return __int_as_float(0xff800000); }
+
+// --- 16-bit formats ---------------------------------------------------------------------------
+
+struct Float16 {
+    // cvt.rn.f16x2.f32 d, a, b puts a in the upper half and b in the lower.
+    static __device__ __forceinline__ bits32 pack(float low, float high) {
+        bits32 packed;
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(high), "f"(low));
+        return packed;
+    }
+    static __device__ __forceinline__ void mma(float (&c)[4], const bits32 (&a)[4], bits32 b0,
+                                               bits32 b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+struct BFloat16 {
+    static __device__ __forceinline__ bits32 pack(float low, float high) {
+        bits32 packed;
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(high), "f"(low));
+        return packed;
+    }
+    static __device__ __forceinline__ void mma(float (&c)[4], const bits32 (&a)[4], bits32 b0,
+                                               bits32 b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+__device__ __forceinline__ bits32 join(bits16 low, bits16 high) {
+    return (bits32)low | ((bits32)high << 16);
+}
+
+// Two adjacent 16-bit elements (row, col), (row, col + 1) as one register; zero past the end.
+template <int HEAD_DIM>
+__device__ __forceinline__ bits32 load_pair(const bits16* base, int row, int rows, int col) {
+    return row < rows ? *reinterpret_cast<const bits32*>(base + (size_t)row * HEAD_DIM + col) : 0u;
+}
+
+// Rows [start, start + BLOCK_N) of a (rows, HEAD_DIM) array into shared memory, zeros past the end.
+template <int HEAD_DIM, int THREADS>
+__device__ __forceinline__ void load_tile(bits16 (*tile)[HEAD_DIM + ROW_PAD], const bits16* src,
+                                          int start, int rows) {
+    constexpr int CHUNKS = HEAD_DIM / 8;  // 16-byte chunks per row
+    for (int idx = threadIdx.x; idx < BLOCK_N * CHUNKS; idx += THREADS) {
+        const int r = idx / CHUNKS, c = (idx % CHUNKS) * 8;
+        uint4 chunk = make_uint4(0u, 0u, 0u, 0u);
+        if (start + r < rows)
+            chunk = *reinterpret_cast<const uint4*>(src + (size_t)(start + r) * HEAD_DIM + c);
+        *reinterpret_cast<uint4*>(&tile[r][c]) = chunk;
+    }
+}
+
+// --- tensor-core kernel (float16, bfloat16) ---------------------------------------------------
+//
+// mma.m16n8k16 fragments (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane = 4 * group + tig.
+//   A (16x16, row-major): a0 = (group, 2tig..+1), a1 = (group+8, 2tig..), a2 = (group, 2tig+8..),
+//                         a3 = (group+8, 2tig+8..)
+//   B (16x8, col-major):  b0 = (k 2tig..+1, n group), b1 = (k 2tig+8..+9, n group)
+//   C (16x8, float32):    c0, c1 = (group, 2tig..+1), c2, c3 = (group+8, 2tig..+1)
+// So S = Q K^T takes B straight from K's rows in shared memory, and the probabilities of two
+// adjacent 8-key C tiles are exactly the A fragment of one 16-key k-step of P V.
+
+template <int HEAD_DIM, typename Format>
+__device__ __forceinline__ void flash_forward_tensor_cores(
+    const bits16* __restrict__ Q, const bits16* __restrict__ K, const bits16* __restrict__ V,
+    bits16* __restrict__ O, float* __restrict__ LSE, int tq, int tk, float scale, int causal) {
+    static_assert(HEAD_DIM % 16 == 0, "head dim must be a multiple of 16");
+    __shared__ __align__(16) bits16 k_tile[BLOCK_N][HEAD_DIM + ROW_PAD];
+    __shared__ __align__(16) bits16 v_tile[BLOCK_N][HEAD_DIM + ROW_PAD];
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int group = lane / 4, tig = lane % 4;
+    const int bh = blockIdx.y;
+    const int block_start = blockIdx.x * BLOCK_M;
+    const int offset = tk - tq;
+    const bits16* q = Q + (size_t)bh * tq * HEAD_DIM;
+    const bits16* k = K + (size_t)bh * tk * HEAD_DIM;
+    const bits16* v = V + (size_t)bh * tk * HEAD_DIM;
+    const int row0 = block_start + warp * 16 + group;  // this thread's rows: row0 and row0 + 8
+
+    bits32 q_frag[HEAD_DIM / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+        q_frag[kk][0] = load_pair<HEAD_DIM>(q, row0, tq, kk * 16 + 2 * tig);
+        q_frag[kk][1] = load_pair<HEAD_DIM>(q, row0 + 8, tq, kk * 16 + 2 * tig);
+        q_frag[kk][2] = load_pair<HEAD_DIM>(q, row0, tq, kk * 16 + 8 + 2 * tig);
+        q_frag[kk][3] = load_pair<HEAD_DIM>(q, row0 + 8, tq, kk * 16 + 8 + 2 * tig);
+    }
+
+    // Scores are kept in the log2 domain (times log2 e) so that exp2f does the exponentials.
+    const float scale_log2 = scale * LOG2E;
+    float running_max[2] = {negative_infinity(), negative_infinity()};
+    float running_sum[2] = {0.0f, 0.0f};  // this thread's columns only; summed over tig at the end
+    float acc[HEAD_DIM / 8][4];
+#pragma unroll
+    for (int t = 0; t < HEAD_DIM / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+
+    const int end = causal ? min(tk, block_start + BLOCK_M + offset) : tk;
+    for (int tile_start = 0; tile_start < end; tile_start += BLOCK_N) {
+        __syncthreads();  // the previous tile is no longer read
+        load_tile<HEAD_DIM, TENSOR_CORE_THREADS>(k_tile, k, tile_start, tk);
+        load_tile<HEAD_DIM, TENSOR_CORE_THREADS>(v_tile, v, tile_start, tk);
+        __syncthreads();
+
+        float s[BLOCK_N / 8][4];
+#pragma unroll
+        for (int t = 0; t < BLOCK_N / 8; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+#pragma unroll
+            for (int t = 0; t < BLOCK_N / 8; ++t) {
+                const bits16* key = &k_tile[t * 8 + group][kk * 16 + 2 * tig];
+                Format::mma(s[t], q_frag[kk], *reinterpret_cast<const bits32*>(key),
+                            *reinterpret_cast<const bits32*>(key + 8));
+            }
+        }
+
+        float tile_max[2] = {negative_infinity(), negative_infinity()};
+#pragma unroll
+        for (int t = 0; t < BLOCK_N / 8; ++t) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int row = row0 + 8 * (e / 2);
+                const int col = tile_start + t * 8 + 2 * tig + (e % 2);
+                const bool visible = col < tk && (!causal || col <= row + offset);
+                // Overwritten, not added to: a NaN or inf future score must not survive.
+                s[t][e] = visible ? s[t][e] * scale_log2 : negative_infinity();
+                tile_max[e / 2] = fmaxf(tile_max[e / 2], s[t][e]);
+            }
+        }
+        float shift[2], correction[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            // The 4 threads of a group hold one row's columns between them.
+            tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+            tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+            const float new_max = fmaxf(running_max[r], tile_max[r]);
+            // A row that has seen only masked keys shifts by 0, not -inf (-inf - -inf is NaN).
+            shift[r] = new_max == negative_infinity() ? 0.0f : new_max;
+            correction[r] = exp2f(running_max[r] - shift[r]);
+            running_max[r] = new_max;
+        }
+
+        bits32 p_frag[BLOCK_N / 16][4];
+        float tile_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int t = 0; t < BLOCK_N / 8; ++t) {
+            const float p0 = exp2f(s[t][0] - shift[0]), p1 = exp2f(s[t][1] - shift[0]);
+            const float p2 = exp2f(s[t][2] - shift[1]), p3 = exp2f(s[t][3] - shift[1]);
+            tile_sum[0] += p0 + p1;
+            tile_sum[1] += p2 + p3;
+            // C tile t is half of k-step t / 2: columns 0..7 are a0/a1, columns 8..15 a2/a3.
+            p_frag[t / 2][(t % 2) * 2 + 0] = Format::pack(p0, p1);
+            p_frag[t / 2][(t % 2) * 2 + 1] = Format::pack(p2, p3);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) running_sum[r] = running_sum[r] * correction[r] + tile_sum[r];
+#pragma unroll
+        for (int t = 0; t < HEAD_DIM / 8; ++t) {
+            acc[t][0] *= correction[0];
+            acc[t][1] *= correction[0];
+            acc[t][2] *= correction[1];
+            acc[t][3] *= correction[1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+            const int key = kk * 16 + 2 * tig;
+#pragma unroll
+            for (int t = 0; t < HEAD_DIM / 8; ++t) {
+                const int col = t * 8 + group;
+                const bits32 b0 = join(v_tile[key][col], v_tile[key + 1][col]);
+                const bits32 b1 = join(v_tile[key + 8][col], v_tile[key + 9][col]);
+                Format::mma(acc[t], p_frag[kk], b0, b1);
+            }
+        }
+    }
+
+    bits16* o = O + (size_t)bh * tq * HEAD_DIM;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        running_sum[r] += __shfl_xor_sync(0xffffffffu, running_sum[r], 1);
+        running_sum[r] += __shfl_xor_sync(0xffffffffu, running_sum[r], 2);
+        const int row = row0 + 8 * r;
+        if (row >= tq) continue;
+#pragma unroll
+        for (int t = 0; t < HEAD_DIM / 8; ++t) {
+            const bits32 pair = Format::pack(acc[t][2 * r] / running_sum[r],
+                                             acc[t][2 * r + 1] / running_sum[r]);
+            *reinterpret_cast<bits32*>(o + (size_t)row * HEAD_DIM + t * 8 + 2 * tig) = pair;
+        }
+        if (LSE != nullptr && tig == 0)
+            LSE[(size_t)bh * tq + row] = (running_max[r] + log2f(running_sum[r])) * LN2;
+    }
+}
+
+// --- float32 kernel ---------------------------------------------------------------------------
+//
+// Two threads per query row, each holding half of q and of the accumulator (interleaved columns
+// 2c + half, so the pair reads adjacent shared-memory words). Per key tile: the scores go to
+// shared memory (key-major, so a warp's 16 rows hit 16 banks), then V replaces K in the same
+// buffer and is accumulated with the tile's rescaling. 48 KiB of shared memory at D = 128.
+
+template <int HEAD_DIM>
+__device__ __forceinline__ void flash_forward_float32(const float* __restrict__ Q,
+                                                      const float* __restrict__ K,
+                                                      const float* __restrict__ V,
+                                                      float* __restrict__ O,
+                                                      float* __restrict__ LSE, int tq, int tk,
+                                                      float scale, int causal) {
+    constexpr int HALF = HEAD_DIM / 2;
+    __shared__ float kv_tile[BLOCK_N][HEAD_DIM];
+    __shared__ float scores[BLOCK_N][BLOCK_M];
+
+    const int local_row = threadIdx.x / 2, half = threadIdx.x % 2;
+    const int bh = blockIdx.y;
+    const int block_start = blockIdx.x * BLOCK_M;
+    const int row = block_start + local_row;
+    const int offset = tk - tq;
+    const float* k = K + (size_t)bh * tk * HEAD_DIM;
+    const float* v = V + (size_t)bh * tk * HEAD_DIM;
+
+    float q[HALF], acc[HALF];
+#pragma unroll
+    for (int c = 0; c < HALF; ++c) {
+        q[c] = row < tq ? Q[((size_t)bh * tq + row) * HEAD_DIM + 2 * c + half] : 0.0f;
+        acc[c] = 0.0f;
+    }
+    float running_max = negative_infinity(), running_sum = 0.0f;
+
+    const int end = causal ? min(tk, block_start + BLOCK_M + offset) : tk;
+    for (int tile_start = 0; tile_start < end; tile_start += BLOCK_N) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < BLOCK_N * HEAD_DIM; idx += F32_THREADS) {
+            const int r = idx / HEAD_DIM;
+            kv_tile[r][idx % HEAD_DIM] =
+                tile_start + r < tk ? k[(size_t)tile_start * HEAD_DIM + idx] : 0.0f;
+        }
+        __syncthreads();
+        float tile_max = negative_infinity();
+        for (int j = 0; j < BLOCK_N; ++j) {
+            float partial = 0.0f;
+#pragma unroll
+            for (int c = 0; c < HALF; ++c) partial += q[c] * kv_tile[j][2 * c + half];
+            const float dot = partial + __shfl_xor_sync(0xffffffffu, partial, 1);
+            const int col = tile_start + j;
+            const bool visible = col < tk && (!causal || col <= row + offset);
+            const float score = visible ? dot * scale : negative_infinity();
+            if (half == 0) scores[j][local_row] = score;
+            tile_max = fmaxf(tile_max, score);
+        }
+        __syncthreads();  // K is no longer read; its buffer takes V
+        for (int idx = threadIdx.x; idx < BLOCK_N * HEAD_DIM; idx += F32_THREADS) {
+            const int r = idx / HEAD_DIM;
+            kv_tile[r][idx % HEAD_DIM] =
+                tile_start + r < tk ? v[(size_t)tile_start * HEAD_DIM + idx] : 0.0f;
+        }
+        __syncthreads();
+        const float new_max = fmaxf(running_max, tile_max);
+        const float shift = new_max == negative_infinity() ? 0.0f : new_max;
+        const float correction = expf(running_max - shift);
+        running_max = new_max;
+        running_sum *= correction;
+#pragma unroll
+        for (int c = 0; c < HALF; ++c) acc[c] *= correction;
+        for (int j = 0; j < BLOCK_N; ++j) {
+            const float p = expf(scores[j][local_row] - shift);
+            running_sum += p;
+#pragma unroll
+            for (int c = 0; c < HALF; ++c) acc[c] += p * kv_tile[j][2 * c + half];
+        }
+    }
+    if (row >= tq) return;
+#pragma unroll
+    for (int c = 0; c < HALF; ++c)
+        O[((size_t)bh * tq + row) * HEAD_DIM + 2 * c + half] = acc[c] / running_sum;
+    if (LSE != nullptr && half == 0)
+        LSE[(size_t)bh * tq + row] = running_max + logf(running_sum);
+}
+
+// --- entry points -----------------------------------------------------------------------------
+
+#define TENSOR_CORE_ENTRY(NAME, HEAD_DIM, FORMAT)                                              \
+    extern "C" __global__ void __launch_bounds__(TENSOR_CORE_THREADS)                          \
+        NAME(const bits16* q, const bits16* k, const bits16* v, bits16* o, float* lse, int tq, \
+             int tk, float scale, int causal) {                                                \
+        flash_forward_tensor_cores<HEAD_DIM, FORMAT>(q, k, v, o, lse, tq, tk, scale, causal);  \
+    }
+
+#define FLOAT32_ENTRY(NAME, HEAD_DIM)                                                            \
+    extern "C" __global__ void __launch_bounds__(F32_THREADS)                                    \
+        NAME(const float* q, const float* k, const float* v, float* o, float* lse, int tq,       \
+             int tk, float scale, int causal) {                                                  \
+        flash_forward_float32<HEAD_DIM>(q, k, v, o, lse, tq, tk, scale, causal);                 \
+    }
+
+TENSOR_CORE_ENTRY(flash_f16_d32, 32, Float16)
+TENSOR_CORE_ENTRY(flash_f16_d64, 64, Float16)
+TENSOR_CORE_ENTRY(flash_f16_d128, 128, Float16)
+TENSOR_CORE_ENTRY(flash_bf16_d32, 32, BFloat16)
+TENSOR_CORE_ENTRY(flash_bf16_d64, 64, BFloat16)
+TENSOR_CORE_ENTRY(flash_bf16_d128, 128, BFloat16)
+FLOAT32_ENTRY(flash_f32_d32, 32)
+FLOAT32_ENTRY(flash_f32_d64, 64)
+FLOAT32_ENTRY(flash_f32_d128, 128)
