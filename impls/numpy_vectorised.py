@@ -5,13 +5,22 @@ of the formula achieves. Queries go in blocks of 64 rows; a block's scores are c
 against the keys its last row may see, so under the causal mask about half of the (Tq, Tk)
 products and exponentials are never computed, and only the block's (Tq-block, keys) buffer is
 alive at a time. Each row is normalised after the product with V (one division per output
-element instead of one per weight). Matrix products use every core through BLAS; Python threads
-over blocks on top of that measured slower on 2 cores (see ``perf/``), so there are none.
+element instead of one per weight).
+
+Large calls split the (batch, head) pairs into one group per core and run the groups on a
+thread pool, with BLAS held to one thread meanwhile (threadpoolctl): NumPy's elementwise passes
+(max, subtract, exp, sum) run on one core, and BLAS's own threads, left free, spin for about
+0.1 s after each product, holding the cores the other group needs. Which path a call takes
+depends only on its shapes, so equal calls give equal bits. Without threadpoolctl every call
+runs on the calling thread.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -23,7 +32,27 @@ from impls.contract import (
     validate_inputs,
 )
 
-QUERY_BLOCK = 64
+try:
+    from threadpoolctl import ThreadpoolController
+except ImportError:  # optional: without it, no thread pool (see the module's docstring)
+    ThreadpoolController = None
+
+QUERY_BLOCK = 128
+# Below this many scores (B*H*Tq*Tk) a call stays on the calling thread: the hand-off to the pool
+# and the BLAS thread limit cost about a tenth of a millisecond.
+PARALLEL_MIN_SCORES = 1 << 20
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@functools.cache
+def head_pool() -> tuple[ThreadPoolExecutor, object] | None:
+    """(thread pool, BLAS controller), or None where threads cannot help or be controlled."""
+    if ThreadpoolController is None or usable_cores() < 2:
+        return None
+    return ThreadPoolExecutor(usable_cores(), "attnspec-numpy"), ThreadpoolController()
 
 
 @functools.lru_cache(maxsize=8)
@@ -42,25 +71,48 @@ class NumpyVectorised(NumpyArrays, Implementation):
         validate_inputs(q, k, v, causal=causal, scale=scale)
         if q.dtype not in (np.float32, np.float64):
             raise TypeError(f"q.dtype={q.dtype}, but should be float32 or float64 [{self.name}]")
-        dtype = q.dtype
-        scale = dtype.type(resolve_scale(scale, q.shape[-1]))
-        tq, tk = q.shape[-2], k.shape[-2]
-        offset = tk - tq  # bottom-right alignment: query row i sits at absolute position i + offset
-        out = np.empty(q.shape[:-1] + v.shape[-1:], dtype=dtype)  # (B, H, Tq, Dv)
-        for start in range(0, tq, QUERY_BLOCK):
-            stop = min(start + QUERY_BLOCK, tq)
-            # Keys the block's last row may see; for a causal block, only the last (stop - start)
-            # of them can lie in some row's future, in a strict upper triangle.
-            keys = stop + offset if causal else tk
-            scores = q[..., start:stop, :] @ k[..., :keys, :].swapaxes(-1, -2)  # (B, H, bq, keys)
-            scores *= scale
-            if causal:
-                # Overwritten, not added to: a NaN or inf future score must not survive.
-                np.copyto(
-                    scores[..., keys - (stop - start) :], -np.inf, where=future_corner(stop - start)
-                )
-            scores -= scores.max(axis=-1, keepdims=True)
-            np.exp(scores, out=scores)
-            row_sums = scores.sum(axis=-1, keepdims=True)  # (B, H, bq, 1)
-            np.divide(scores @ v[..., :keys, :], row_sums, out=out[..., start:stop, :])
+        scale = q.dtype.type(resolve_scale(scale, q.shape[-1]))
+        (tq, d), (tk, dv) = q.shape[-2:], v.shape[-2:]
+        out = np.empty((*q.shape[:-1], dv), dtype=q.dtype)  # (B, H, Tq, Dv)
+        # (B*H, T, D): one row per (batch, head); a copy only where the input is not contiguous.
+        q3, k3, v3 = q.reshape(-1, tq, d), k.reshape(-1, tk, d), v.reshape(-1, tk, dv)
+        out3 = out.reshape(-1, tq, dv)  # a view: writes land in out
+        pairs = q3.shape[0]
+        pool = head_pool()
+        workers = min(usable_cores(), pairs) if pool else 1
+        if workers == 1 or pairs * tq * tk < PARALLEL_MIN_SCORES:
+            attend(q3, k3, v3, out3, scale=scale, causal=causal)
+            return out
+        executor, blas = pool
+        bounds = np.linspace(0, pairs, workers + 1).astype(int)
+        groups = [slice(a, b) for a, b in itertools.pairwise(bounds)]
+        with blas.limit(limits=1, user_api="blas"):
+            for done in [
+                executor.submit(attend, q3[g], k3[g], v3[g], out3[g], scale=scale, causal=causal)
+                for g in groups
+            ]:
+                done.result()  # re-raises a worker's exception here
         return out
+
+
+def attend(q, k, v, out, *, scale, causal: bool) -> None:
+    """Attention of (N, Tq, D), (N, Tk, D), (N, Tk, Dv) into ``out`` (N, Tq, Dv), block by block."""
+    tq, tk = q.shape[-2], k.shape[-2]
+    offset = tk - tq  # bottom-right alignment: query row i sits at absolute position i + offset
+    keys_t = k.swapaxes(-1, -2)  # (N, D, Tk)
+    for start in range(0, tq, QUERY_BLOCK):
+        stop = min(start + QUERY_BLOCK, tq)
+        # Keys the block's last row may see; for a causal block, only the last (stop - start)
+        # of them can lie in some row's future, in a strict upper triangle.
+        keys = stop + offset if causal else tk
+        scores = q[:, start:stop, :] @ keys_t[..., :keys]  # (N, bq, keys)
+        scores *= scale
+        if causal:
+            # Overwritten, not added to: a NaN or inf future score must not survive.
+            np.copyto(
+                scores[..., keys - (stop - start) :], -np.inf, where=future_corner(stop - start)
+            )
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        row_sums = scores.sum(axis=-1, keepdims=True)  # (N, bq, 1)
+        np.divide(scores @ v[:, :keys, :], row_sums, out=out[:, start:stop, :])

@@ -7,10 +7,10 @@ import pytest
 RESULTS_KEY = pytest.StashKey[list]()
 
 
-@pytest.fixture
-def perf_table(request: pytest.FixtureRequest) -> list:
+@pytest.fixture(scope="session")
+def perf_table(pytestconfig: pytest.Config) -> list:
     """Rows (what, implementation, shape and dtype, median ms, rate, note) for the final table."""
-    return request.config.stash.setdefault(RESULTS_KEY, [])
+    return pytestconfig.stash.setdefault(RESULTS_KEY, [])
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:

@@ -9,7 +9,7 @@ from conformance.harness import Case, Subject
 from conformance.tolerance import compare_to_oracle
 from impls.registry import RegistryError, resolve
 from perf.gates import Gate
-from perf.timing import attention_flops
+from perf.timing import attention_flops, interleaved
 
 
 def available(name: str):
@@ -42,18 +42,58 @@ def native_inputs(impl, case: Case, seed: int = 0):
     return (q, k, v), subject.to_native(case, q, k, v)
 
 
-def validate(impl, case: Case, arrays, native) -> float:
+def validate(impl, case: Case, arrays, native, *, heads_checked: int | None = None) -> float:
     """Fail before any timing unless the output is within its tolerance budget; the budget
-    fraction used."""
-    out = impl.to_numpy(impl.attention(*native, causal=case.causal, scale=case.scale))
-    comparison = compare_to_oracle(
-        np.asarray(out, np.float64), *arrays, dtype=case.dtype, causal=case.causal
+    fraction used. ``heads_checked=n`` judges only the first n heads of the first batch entry
+    against the float64 oracle, where the whole output would take the oracle minutes."""
+    out = np.asarray(
+        impl.to_numpy(impl.attention(*native, causal=case.causal, scale=case.scale)), np.float64
     )
+    if heads_checked is not None:
+        out = out[:1, :heads_checked]  # (1, n, Tq, Dv)
+        arrays = [a[:1, :heads_checked] for a in arrays]
+    comparison = compare_to_oracle(out, *arrays, dtype=case.dtype, causal=case.causal)
     if not comparison.ok:
         pytest.fail(
             f"{impl.name} is wrong at the timed shape, so it is not timed: {comparison.describe()}"
         )
     return comparison.budget_fraction
+
+
+def check_gate(gate: Gate, perf_table: list, *, timer=None, unit: str = "GFLOP/s") -> float:
+    """Validate the gate's subject and baseline, time them interleaved, add the rows to the
+    table and fail unless the subject's median time is within the gate's ratio; the ratio."""
+    subject, baseline = available(gate.subject), available(gate.baseline)
+    case = gate_case(gate)
+    calls = {}
+    for impl in (subject, baseline):
+        arrays, native = native_inputs(impl, case)
+        validate(impl, case, arrays, native)
+        calls[impl.name] = lambda impl=impl, native=native: impl.attention(
+            *native, causal=case.causal, scale=None
+        )
+    timings = interleaved(calls, timer=timer)
+    ratio = timings[subject.name].median / timings[baseline.name].median
+    verdict = "passes" if ratio <= gate.max_time_ratio else "FAILS"
+    for name in calls:
+        seconds = timings[name].median
+        perf_table.append(
+            (gate.id, name, shape_text(case), milliseconds(seconds), rate(case, seconds, unit), "")
+        )
+    perf_table.append(
+        (gate.id, "ratio", "", "", "", f"{ratio:.2f} <= {gate.max_time_ratio:g}: {verdict}")
+    )
+    assert ratio <= gate.max_time_ratio, (
+        f"{gate.id}: {subject.name} took {ratio:.2f}x {baseline.name}'s median time "
+        f"({milliseconds(timings[subject.name].median)} vs "
+        f"{milliseconds(timings[baseline.name].median)}), but the gate is "
+        f"{gate.describe()}. Why this number: {gate.reason}"
+    )
+    return ratio
+
+
+def milliseconds(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms" if seconds < 0.01 else f"{seconds * 1e3:.1f} ms"
 
 
 def shape_text(case: Case) -> str:
@@ -63,7 +103,12 @@ def shape_text(case: Case) -> str:
     )
 
 
+def flop_rate(case: Case, seconds: float) -> float:
+    """FLOP/s of one attention call of ``case`` taking ``seconds``."""
+    flops = attention_flops(case.batch, case.heads, case.tq, case.tk, case.head_dim, case.causal)
+    return flops / seconds
+
+
 def rate(case: Case, seconds: float, unit: str = "GFLOP/s") -> str:
     scale = {"GFLOP/s": 1e9, "TFLOP/s": 1e12}[unit]
-    flops = attention_flops(case.batch, case.heads, case.tq, case.tk, case.head_dim, case.causal)
-    return f"{flops / seconds / scale:.1f} {unit}"
+    return f"{flop_rate(case, seconds) / scale:.1f} {unit}"
