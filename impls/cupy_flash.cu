@@ -41,38 +41,27 @@ __device__ __forceinline__ float negative_infinity() { return __int_as_float(0xf
 
 // --- 16-bit formats ---------------------------------------------------------------------------
 
-struct Float16 {
-    // cvt.rn.f16x2.f32 d, a, b puts a in the upper half and b in the lower.
-    static __device__ __forceinline__ bits32 pack(float low, float high) {
-        bits32 packed;
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(high), "f"(low));
-        return packed;
-    }
-    static __device__ __forceinline__ void mma(float (&c)[4], const bits32 (&a)[4], bits32 b0,
-                                               bits32 b1) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-};
+// One struct per format, differing only in the PTX type name: pack() rounds two floats into one
+// register (cvt.rn.{f16,bf16}x2.f32 d, a, b puts a in the upper half and b in the lower), and
+// mma() is D = A B + D on the tensor cores with float32 accumulation.
+#define SIXTEEN_BIT_FORMAT(NAME, PTX_TYPE)                                                     \
+    struct NAME {                                                                              \
+        static __device__ __forceinline__ bits32 pack(float low, float high) {                 \
+            bits32 packed;                                                                     \
+            asm("cvt.rn." PTX_TYPE "x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(high), "f"(low)); \
+            return packed;                                                                     \
+        }                                                                                      \
+        static __device__ __forceinline__ void mma(float (&c)[4], const bits32 (&a)[4],        \
+                                                   bits32 b0, bits32 b1) {                     \
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX_TYPE "." PTX_TYPE        \
+                         ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};" \
+                         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                      \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));      \
+        }                                                                                      \
+    };
 
-struct BFloat16 {
-    static __device__ __forceinline__ bits32 pack(float low, float high) {
-        bits32 packed;
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(high), "f"(low));
-        return packed;
-    }
-    static __device__ __forceinline__ void mma(float (&c)[4], const bits32 (&a)[4], bits32 b0,
-                                               bits32 b1) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-};
+SIXTEEN_BIT_FORMAT(Float16, "f16")
+SIXTEEN_BIT_FORMAT(BFloat16, "bf16")
 
 __device__ __forceinline__ bits32 join(bits16 low, bits16 high) {
     return (bits32)low | ((bits32)high << 16);
