@@ -21,6 +21,10 @@ from impls.numpy_flash import BLOCK_M, BLOCK_N
 
 KERNEL_DIR = Path(__file__).parent
 COMMON_OPTIONS = ("-std=c++17",)
+# cupy.RawModule appends these to every compile (CuPy 14), after the caller's options; NVRTC lets
+# the last -ftz win, so the kernels flush float32 subnormals to zero. The compile check adds them
+# too, so that it compiles what CuPy compiles.
+CUPY_APPENDED_OPTIONS = ("-ftz=true",)
 ARCHITECTURES = ("sm_80", "sm_90")
 # Static shared memory is capped at 48 KiB per block on every architecture; more needs dynamic
 # shared memory and an opt-in attribute, which these kernels do not use.
@@ -134,7 +138,10 @@ def compile_with_nvrtc(name: str, arch: str) -> tuple[str, list[KernelResources]
         options = [
             f"--gpu-architecture={arch}".encode(),
             b"--ptxas-options=-v",
-            *(option.encode() for option in COMMON_OPTIONS + source.options),
+            *(
+                option.encode()
+                for option in COMMON_OPTIONS + source.options + CUPY_APPENDED_OPTIONS
+            ),
         ]
         (status,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         (size,) = _check(nvrtc, nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")

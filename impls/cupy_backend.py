@@ -6,7 +6,8 @@ bfloat16: CuPy has no bfloat16 dtype, so a bfloat16 array is carried as its 16-b
 ``uint16`` CuPy array (the upper half of the float32 with the same value); ``from_numpy`` makes
 such arrays, ``to_numpy`` widens them to float32 exactly, and ``dtype_name`` reports ``uint16``
 as ``bfloat16``. Inputs must be C-contiguous CuPy arrays on the current device; anything else is
-rejected with the reason, never copied behind the caller's back.
+rejected with the reason, never copied behind the caller's back. CuPy compiles with
+``-ftz=true``: float32 results below the smallest normal (1.2e-38) are flushed to zero.
 
 cupy is optional: without it, or without a CUDA device, both implementations exist, declare what
 they support, and say why they cannot run.
