@@ -115,6 +115,19 @@ class Subject:
             for shape in (case.q_shape, case.k_shape, case.v_shape)
         )
 
+    def fit(self, case: Case) -> Case:
+        """``case`` with a head dim the implementation declares, for tests whose claim does not
+        depend on D: the nearest declared one above the test's (else the largest), so that a
+        kernel compiled for a few head dims is still checked rather than skipped. A Dv equal to
+        D follows it."""
+        declared = self.impl.capabilities.head_dims
+        if declared is None or case.head_dim in declared:
+            return case
+        above = [d for d in sorted(declared) if d >= case.head_dim]
+        head_dim = above[0] if above else max(declared)
+        value_dim = head_dim if case.value_dim == case.head_dim else case.value_dim
+        return case.with_(head_dim=head_dim, value_dim=value_dim)
+
     def require(self, case: Case, *, weights: bool = False, autograd: bool = False) -> None:
         """Skip, naming the missing capability, when the implementation does not declare what
         ``case`` needs."""

@@ -26,7 +26,7 @@ from conformance.harness import Case
     ids=["square", "Tq<Tk,Dv!=D"],
 )
 def test_output_dtype_shape_device(subject, dtype, case):
-    case = case.with_(dtype=dtype)
+    case = subject.fit(case.with_(dtype=dtype))
     q, k, v = subject.inputs(case)
     native_q = subject.to_native(case, q)[0]
     out = subject.call_native(case, q, k, v)
@@ -45,7 +45,7 @@ def test_output_dtype_shape_device(subject, dtype, case):
 
 @pytest.mark.claim("CONTRACT-BATCH")
 def test_batch_items_and_heads_are_independent(subject, dtype):
-    case = Case(batch=3, heads=4, tq=33, head_dim=16, dtype=dtype)
+    case = subject.fit(Case(batch=3, heads=4, tq=33, head_dim=16, dtype=dtype))
     q, k, v = subject.inputs(case)
     out = subject.call(case, q, k, v)
     for b, h in [(0, 0), (1, 2), (2, 3)]:
@@ -122,7 +122,7 @@ def test_mixed_dtypes_raise(subject):
     dtypes = subject.impl.capabilities.dtypes
     if len(dtypes) < 2:
         pytest.skip(f"{subject.name} declares one dtype only: nothing to mix")
-    case = Case(batch=1, heads=1, tq=4, head_dim=4, dtype=dtypes[0])
+    case = subject.fit(Case(batch=1, heads=1, tq=4, head_dim=4, dtype=dtypes[0]))
     q, k, v = subject.inputs(case)
     native = [
         subject.impl.from_numpy(q, dtypes[0]),

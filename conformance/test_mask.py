@@ -31,7 +31,7 @@ def future_of(case: Case) -> np.ndarray:
 @pytest.mark.claim("MASK-ZERO")
 @pytest.mark.parametrize("case", MASK_CASES, ids=MASK_IDS)
 def test_future_weights_are_exactly_zero(subject, dtype, case):
-    case = case.with_(dtype=dtype)
+    case = subject.fit(case.with_(dtype=dtype))
     q, k, _ = subject.inputs(case, spread=2.0)
     for source, weights in all_weights(subject, case, q, k):
         leaked = weights[..., future_of(case)]
@@ -86,7 +86,7 @@ def safe_huge(dtype: str, head_dim: int) -> float:
 def test_rows_do_not_depend_on_later_positions(subject, dtype, cut):
     """Rows 0..cut, bit for bit, whatever Q, K and V hold after cut: fresh random values, +-1e4,
     and the dtype's largest values whose dot products stay finite."""
-    case = Case(batch=1, heads=2, tq=64, head_dim=16, dtype=dtype)
+    case = subject.fit(Case(batch=1, heads=2, tq=64, head_dim=16, dtype=dtype))
     q, k, v = subject.inputs(case)
     reference_rows = subject.call(case, q, k, v)[..., : cut + 1, :]
     huge = safe_huge(dtype, case.head_dim)
@@ -146,7 +146,7 @@ def test_incremental_computation_reproduces_every_row(subject, dtype, length, bo
     """Generation: each chunk of queries bounds[n]..bounds[n+1] against the cache of keys so far
     plus its own, bottom-right aligned. Chunks of one query each are a token-by-token decode;
     chunks of uneven size are a chunked prefill. Together they must give the whole's rows."""
-    case = Case(batch=2, heads=2, tq=length, head_dim=16, dtype=dtype)
+    case = subject.fit(Case(batch=2, heads=2, tq=length, head_dim=16, dtype=dtype))
     q, k, v = subject.inputs(case)
     rows = [
         subject.call(
@@ -208,7 +208,7 @@ def test_minus_1e9_fill_behaves_as_minus_infinity(dtype):
 
 @pytest.mark.claim("MASK-GRAD")
 def test_gradients_from_past_rows_to_future_positions_are_zero(subject, dtype):
-    case = Case(batch=1, heads=2, tq=48, head_dim=16, dtype=dtype)
+    case = subject.fit(Case(batch=1, heads=2, tq=48, head_dim=16, dtype=dtype))
     subject.require(case, autograd=True)
     q, k, v = subject.inputs(case)
     cut = 20
@@ -233,7 +233,7 @@ def test_gradients_from_past_rows_to_future_positions_are_zero(subject, dtype):
 @pytest.mark.parametrize("tensor", ["k", "v"])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
 def test_nonfinite_future_values_do_not_reach_past_rows(subject, dtype, tensor, bad):
-    case = Case(batch=1, heads=2, tq=48, head_dim=16, dtype=dtype)
+    case = subject.fit(Case(batch=1, heads=2, tq=48, head_dim=16, dtype=dtype))
     q, k, v = subject.inputs(case)
     cut = 20
     clean = subject.call(case, q, k, v)[..., : cut + 1, :]

@@ -105,7 +105,9 @@ def test_head_output_shape(subject, case):
 def test_rows_are_convex_mixes_of_visible_values(subject, dtype, causal):
     """out[i] within [min, max] of V[0..i] per coordinate, up to the rounding a weighted sum of
     Tk terms may commit: summation_slack(dtype, Tk) max|V|."""
-    case = Case(batch=2, heads=2, tq=45, tk=60, head_dim=16, dtype=dtype, causal=causal)
+    case = subject.fit(
+        Case(batch=2, heads=2, tq=45, tk=60, head_dim=16, dtype=dtype, causal=causal)
+    )
     q, k, v = subject.inputs(case, spread=2.0)
     out = subject.call(case, q, k, v)
     slack = summation_slack(dtype, case.tk) * np.abs(v).max()
@@ -131,7 +133,7 @@ def test_rows_are_convex_mixes_of_visible_values(subject, dtype, causal):
 @pytest.mark.parametrize(("a", "c"), [(2.0, 0.0), (-0.5, 3.0), (1.0, -1e3)])
 def test_output_is_affine_in_values(subject, dtype, a, c):
     """attention(aV + c) = a attention(V) + c, each side within its budget of the truth."""
-    case = Case(batch=1, heads=2, tq=40, head_dim=16, dtype=dtype)
+    case = subject.fit(Case(batch=1, heads=2, tq=40, head_dim=16, dtype=dtype))
     q, k, v = subject.inputs(case)
     moved = round_to(a * v + c, dtype)
     plain = subject.call(case, q, k, v)
@@ -213,7 +215,9 @@ def test_andrea_heads_in_parallel_equal_heads_one_at_a_time(subject, dtype):
 @pytest.mark.claim("OUT-GRAD")
 @pytest.mark.parametrize("causal", [True, False], ids=causal_id)
 def test_gradients_match_the_oracle(subject, dtype, causal):
-    case = Case(batch=2, heads=2, tq=37, tk=53, head_dim=16, dtype=dtype, causal=causal)
+    case = subject.fit(
+        Case(batch=2, heads=2, tq=37, tk=53, head_dim=16, dtype=dtype, causal=causal)
+    )
     subject.require(case, autograd=True)
     q, k, v = subject.inputs(case)
     grad_out = round_to(subject.rng.standard_normal(case.out_shape), dtype)

@@ -111,7 +111,7 @@ def test_scores_are_query_key_dot_products(subject, dtype, case):
     """softmax is invariant to a shift, so log(A[i, j] / A[i, i0]) = s[i, j] - s[i, i0]: the
     recovered weights give back every score difference, which must be scale * (q_i . k_j - q_i .
     k_i0), within the dtype's budget (the naive baseline's weights are the yardstick)."""
-    case = case.with_(dtype=dtype)
+    case = subject.fit(case.with_(dtype=dtype))
     q, k, _ = subject.inputs(case, spread=0.8)
     scores = reference_scores(q, k)
     visible = case.visible

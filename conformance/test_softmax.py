@@ -29,7 +29,7 @@ def weights_of(subject, case, spread=1.5):
 @pytest.mark.claim("SOFTMAX-NONNEG")
 @pytest.mark.parametrize("case", WEIGHT_CASES, ids=WEIGHT_IDS)
 def test_weights_are_non_negative(subject, dtype, case):
-    case = case.with_(dtype=dtype)
+    case = subject.fit(case.with_(dtype=dtype))
     _, _, found = weights_of(subject, case)
     for source, weights in found:
         if not (weights >= 0).all():  # NaN fails too
@@ -47,7 +47,7 @@ def test_weights_are_non_negative(subject, dtype, case):
 def test_rows_sum_to_one_over_visible_keys(subject, dtype, case):
     """|sum - 1| <= summation_slack(dtype, Tk): storing the weights in the dtype and normalising
     by a sum of Tk terms may move a row sum that much, and no more."""
-    case = case.with_(dtype=dtype)
+    case = subject.fit(case.with_(dtype=dtype))
     _, _, found = weights_of(subject, case)
     allowed = summation_slack(dtype, case.tk)
     visible = case.visible
@@ -77,7 +77,7 @@ def test_rows_sum_to_one_over_visible_keys(subject, dtype, case):
 def test_larger_scores_get_larger_weights(subject, dtype, case):
     """Within each row, sorted by score, weights never decrease - except between scores closer
     than the dtype can tell apart (8 u (1 + |s|)), where rounding may order them either way."""
-    case = case.with_(dtype=dtype)
+    case = subject.fit(case.with_(dtype=dtype))
     q, k, found = weights_of(subject, case)
     scores = reference_scores(q, k)
     visible = case.visible
@@ -106,7 +106,7 @@ def test_larger_scores_get_larger_weights(subject, dtype, case):
 def test_shifting_scores_changes_nothing(subject, dtype):
     """Adding one vector c to every key adds q_i . c to row i of the scores: a shift per row, which
     the softmax ignores: the output stays within budget of the unshifted truth."""
-    case = Case(batch=1, heads=2, tq=50, head_dim=16, dtype=dtype)
+    case = subject.fit(Case(batch=1, heads=2, tq=50, head_dim=16, dtype=dtype))
     q, k, v = subject.inputs(case)
     shift = np.full(case.head_dim, 3.0)
     shifted_k = round_to(k + shift, dtype)
@@ -128,7 +128,7 @@ def test_shifting_scores_changes_nothing(subject, dtype):
 def test_large_scores_stay_finite_and_correct(subject, dtype, target):
     """Scaled scores of magnitude up to 1e4 (float32 and wider), and up to half of what float16
     holds before scaling (raw q . k near 3e4) - exp() of unshifted scores would overflow."""
-    case = Case(batch=1, heads=2, tq=33, head_dim=16, dtype=dtype)
+    case = subject.fit(Case(batch=1, heads=2, tq=33, head_dim=16, dtype=dtype))
     q, k, v = subject.inputs(case)
     raw = np.abs(reference_scores(q, k, 1.0)).max()
     if target == "near-limit":

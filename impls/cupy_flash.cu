@@ -44,6 +44,7 @@ __device__ __forceinline__ float negative_infinity() { return __int_as_float(0xf
 // One struct per format, differing only in the PTX type name: pack() rounds two floats into one
 // register (cvt.rn.{f16,bf16}x2.f32 d, a, b puts a in the upper half and b in the lower), and
 // mma() is D = A B + D on the tensor cores with float32 accumulation.
+#ifndef ATTNSPEC_HOST_EMULATION  // tests/cuda_emulation/host_cuda.h has its own
 #define SIXTEEN_BIT_FORMAT(NAME, PTX_TYPE)                                                     \
     struct NAME {                                                                              \
         static __device__ __forceinline__ bits32 pack(float low, float high) {                 \
@@ -59,6 +60,7 @@ __device__ __forceinline__ float negative_infinity() { return __int_as_float(0xf
                          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));      \
         }                                                                                      \
     };
+#endif
 
 SIXTEEN_BIT_FORMAT(Float16, "f16")
 SIXTEEN_BIT_FORMAT(BFloat16, "bf16")

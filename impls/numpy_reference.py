@@ -27,12 +27,26 @@ def reference_scores(q: np.ndarray, k: np.ndarray, scale: float | None = None) -
     return (q @ k.swapaxes(-1, -2)) * resolve_scale(scale, q.shape[-1])
 
 
-def reference_weights(q, k, *, causal: bool = True, scale: float | None = None) -> np.ndarray:
-    """softmax(mask(scores)) row by row, (B, H, Tq, Tk), in float64."""
+def reference_masked_scores(q, k, *, causal: bool = True, scale: float | None = None):
+    """Scaled scores with -inf where the causal mask hides a key, (B, H, Tq, Tk), in float64."""
     scores = reference_scores(q, k, scale)
     if causal:
         tq, tk = scores.shape[-2:]
         scores = np.where(causal_mask(tq, tk), scores, -np.inf)
+    return scores
+
+
+def reference_log_sum_exp(q, k, *, causal: bool = True, scale: float | None = None) -> np.ndarray:
+    """log(sum_j exp(score[i, j])) over each row's visible keys, (B, H, Tq), in float64: what a
+    flash kernel's optional second output should hold."""
+    scores = reference_masked_scores(q, k, causal=causal, scale=scale)
+    top = scores.max(axis=-1, keepdims=True)
+    return (top + np.log(np.exp(scores - top).sum(axis=-1, keepdims=True)))[..., 0]
+
+
+def reference_weights(q, k, *, causal: bool = True, scale: float | None = None) -> np.ndarray:
+    """softmax(mask(scores)) row by row, (B, H, Tq, Tk), in float64."""
+    scores = reference_masked_scores(q, k, causal=causal, scale=scale)
     # Subtracting the row maximum leaves the softmax unchanged and keeps exp() from overflowing.
     shifted = scores - scores.max(axis=-1, keepdims=True)
     weights = np.exp(shifted)

@@ -1,0 +1,154 @@
+"""The CUDA kernels of ``impls/*.cu``, compiled for the host with ``host_cuda.h`` and called on
+NumPy arrays through ctypes: where no GPU is at hand, the kernels' own code still runs.
+
+``flash`` and ``naive`` are implementations for the suite: ``python -m pytest conformance --impl
+tests.cuda_emulation:flash`` judges impls/cupy_flash.cu's kernels, launched on the host as
+``impls/cupy_backend.py`` launches them on a GPU. What the emulation cannot show: the hardware's
+own rounding inside mma.sync, timing, races between real threads, and anything CuPy adds."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from impls.contract import Implementation, resolve_scale, validate_inputs
+from impls.cuda_kernels import FLASH_HEAD_DIMS, SOURCES, flash_entry_point
+from impls.cupy_backend import CupyFlash, CupyNaive, bfloat16_bits, bfloat16_values
+
+HERE = Path(__file__).parent
+SOURCES_TO_BUILD = [HERE / "flash.cpp", HERE / "naive.cpp"]
+STORAGE = {"float16": np.float16, "bfloat16": np.uint16, "float32": np.float32}
+
+
+class EmulationUnavailable(RuntimeError):
+    """No C++20 compiler to build the emulation with."""
+
+
+def build(directory: Path) -> ctypes.CDLL:
+    """Compile the emulated kernels into ``directory`` and load them."""
+    compiler = shutil.which("g++") or shutil.which("clang++")
+    if compiler is None:
+        raise EmulationUnavailable("no g++ or clang++ on PATH to build the host emulation")
+    library = directory / "attnspec_cuda_emulation.so"
+    command = [
+        compiler, "-std=c++20", "-O1", "-shared", "-fPIC",
+        *SOURCES["cupy_flash"].options, *map(str, SOURCES_TO_BUILD), "-o", str(library),
+    ]  # fmt: skip
+    built = subprocess.run(command, capture_output=True, text=True)
+    if built.returncode != 0:
+        raise RuntimeError(f"building the emulation failed: {' '.join(command)}\n{built.stderr}")
+    lib = ctypes.CDLL(str(library))
+    pointer, integer, real = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+    lib.run_flash.argtypes = [ctypes.c_char_p, *[pointer] * 5, *[integer] * 3, real, integer]
+    lib.run_flash.restype = integer
+    lib.run_naive.argtypes = [*[pointer] * 5, *[integer] * 5, real, integer, integer]
+    lib.run_naive.restype = None
+    return lib
+
+
+def storage(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 values exact in ``dtype`` as the kernels' element type (bfloat16 as its bits)."""
+    if dtype == "bfloat16":
+        return np.ascontiguousarray(bfloat16_bits(values))
+    return np.ascontiguousarray(values, dtype=STORAGE[dtype])
+
+
+def _address(array: np.ndarray) -> int:
+    return array.ctypes.data
+
+
+@functools.cache
+def library() -> ctypes.CDLL:
+    """The emulation, built once per process into a directory of its own."""
+    return build(Path(tempfile.mkdtemp(prefix="attnspec-cuda-emulation-")))
+
+
+class EmulatedKernels(Implementation):
+    """Arrays as ``cupy_backend`` keeps them (bfloat16 as uint16 bits), in host memory."""
+
+    family = "numpy"
+    device = "cpu"
+
+    def version(self) -> str:
+        return f"{self.source} on the host through tests/cuda_emulation, numpy {np.__version__}"
+
+    def unavailable_reason(self) -> str | None:
+        if shutil.which("g++") is None and shutil.which("clang++") is None:
+            return "no g++ or clang++ on PATH to build the host emulation"
+        return None
+
+    def from_numpy(self, array: np.ndarray, dtype: str) -> np.ndarray:
+        return storage(array, dtype)
+
+    def to_numpy(self, native) -> np.ndarray:
+        return bfloat16_values(native) if native.dtype == np.uint16 else native
+
+    def dtype_name(self, native) -> str:
+        return "bfloat16" if native.dtype == np.uint16 else str(native.dtype)
+
+    def check(self, q, k, v, *, causal, scale) -> str:
+        validate_inputs(q, k, v, causal=causal, scale=scale)
+        dtype = self.dtype_name(q)
+        if dtype not in self.capabilities.dtypes:
+            raise TypeError(f"q.dtype={q.dtype}, but should be one of {self.capabilities.dtypes}")
+        return dtype
+
+
+class EmulatedCupyFlash(EmulatedKernels):
+    """``cupy_flash``'s kernels, launched on the host as ``CupyFlash`` launches them on a GPU."""
+
+    name = "cupy_flash_emulated"
+    source = "impls/cupy_flash.cu"
+    capabilities = CupyFlash.capabilities
+
+    def attention(self, q, k, v, *, causal=True, scale=None):
+        return self.attention_and_lse(q, k, v, causal=causal, scale=scale)[0]
+
+    def attention_and_lse(self, q, k, v, *, causal=True, scale=None):
+        dtype = self.check(q, k, v, causal=causal, scale=scale)
+        batch, heads, tq, d = q.shape
+        if d not in FLASH_HEAD_DIMS or v.shape[-1] != d:
+            raise ValueError(f"D={d}, Dv={v.shape[-1]}: compiled for D = Dv in {FLASH_HEAD_DIMS}")
+        q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
+        out = np.empty_like(q)  # (B, H, Tq, D)
+        lse = np.empty((batch, heads, tq), dtype=np.float32)  # (B, H, Tq)
+        status = library().run_flash(
+            flash_entry_point(dtype, d).encode(),
+            *map(_address, (q, k, v, out, lse)),
+            batch * heads, tq, k.shape[-2], resolve_scale(scale, d), int(causal),
+        )  # fmt: skip
+        if status != 0:
+            raise ValueError(f"no flash kernel for dtype={dtype}, D={d}")
+        return out, lse
+
+
+class EmulatedCupyNaive(EmulatedKernels):
+    """``cupy_naive``'s three kernels, launched on the host as ``CupyNaive`` launches them."""
+
+    name = "cupy_naive_emulated"
+    source = "impls/cupy_naive.cu"
+    capabilities = CupyNaive.capabilities
+
+    def attention(self, q, k, v, *, causal=True, scale=None):
+        self.check(q, k, v, causal=causal, scale=scale)
+        batch, heads, tq, d = q.shape
+        tk, dv = k.shape[-2], v.shape[-1]
+        q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
+        scores = np.empty((batch * heads, tq, tk), dtype=np.float32)  # (B*H, Tq, Tk)
+        out = np.empty((batch, heads, tq, dv), dtype=np.float32)  # (B, H, Tq, Dv)
+        library().run_naive(
+            *map(_address, (q, k, v, scores, out)),
+            batch * heads, tq, tk, d, dv,
+            resolve_scale(scale, d), int(scale is None), int(causal),
+        )  # fmt: skip
+        return out
+
+
+flash = EmulatedCupyFlash()
+naive = EmulatedCupyNaive()

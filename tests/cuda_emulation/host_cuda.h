@@ -1,0 +1,263 @@
+// Enough of CUDA, on the host, to run the kernels of impls/*.cu unchanged on the CPU.
+//
+// Each CUDA thread of a block is a fiber; blocks run one after another. __syncthreads() is a
+// barrier of the block, and the warp-collective operations the kernels use (__shfl_xor_sync and
+// mma.sync m16n8k16) exchange values through per-warp staging arrays between two warp barriers.
+// __shared__ variables become static locals: one per kernel instantiation, shared by the block's
+// threads, reused by the next block. mma follows the PTX ISA's fragment layout for m16n8k16
+// (A row-major 16x16, B column-major 16x8, C/D 16x8 float32) and sums each dot product in double.
+//
+// Slow (thousands of fiber switches per key tile) and only as faithful as this file, but it runs
+// the kernels' own indexing, masking, tiling and fragment choreography where no GPU is at hand.
+
+#pragma once
+
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#define ATTNSPEC_HOST_EMULATION 1
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(threads)
+#define __shared__ static
+#define __align__(bytes) __attribute__((aligned(bytes)))
+#define __restrict__ __restrict
+
+using std::max;
+using std::min;
+
+struct Index3 {
+    unsigned x = 0, y = 0, z = 0;
+};
+
+struct uint4 {
+    unsigned x, y, z, w;
+};
+
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+
+inline float __int_as_float(unsigned bits) {
+    float value;
+    std::memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+inline float __uint_as_float(unsigned bits) { return __int_as_float(bits); }
+
+inline unsigned float_bits(float value) {
+    unsigned bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    return bits;
+}
+
+// --- one block's threads, as fibers -------------------------------------------------------------
+//
+// The threads of a block are fibers (ucontext) on the calling OS thread, switched round-robin
+// whenever one waits at a barrier: no data races, and a barrier costs one switch per thread.
+
+struct FiberBarrier {
+    int expected = 0, arrived = 0;
+    unsigned generation = 0;
+    void arrive_and_wait();
+    void arrive_and_drop() {
+        --expected;
+        if (arrived > 0 && arrived == expected) release();
+    }
+    void release() {
+        arrived = 0;
+        ++generation;
+    }
+};
+
+struct WarpState {
+    FiberBarrier barrier;
+    float exchange[32];
+    unsigned a[32][4], b[32][2];
+};
+
+struct BlockState {
+    FiberBarrier barrier;
+    std::vector<WarpState> warps;
+};
+
+struct Scheduler {
+    static constexpr std::size_t STACK_BYTES = 256 * 1024;
+    std::vector<ucontext_t> fibers;
+    std::vector<std::unique_ptr<char[]>> stacks;
+    std::vector<bool> finished;
+    ucontext_t caller;
+    int current = 0;
+    std::function<void()> kernel;
+    BlockState block;
+};
+
+inline Index3 threadIdx, blockIdx, blockDim;
+inline Scheduler* scheduler = nullptr;
+inline unsigned warp_index = 0, lane_index = 0;
+
+inline void become(int fiber) {
+    scheduler->current = fiber;
+    threadIdx = {unsigned(fiber), 0, 0};
+    warp_index = unsigned(fiber) / 32;
+    lane_index = unsigned(fiber) % 32;
+}
+
+// Switches to the next unfinished fiber; back in the caller's context when none is left.
+inline void switch_away() {
+    Scheduler& s = *scheduler;
+    const int from = s.current, count = int(s.fibers.size());
+    for (int step = 1; step <= count; ++step) {
+        const int next = (from + step) % count;
+        if (!s.finished[next]) {
+            if (next == from) return;
+            become(next);
+            swapcontext(&s.fibers[from], &s.fibers[next]);
+            become(from);
+            return;
+        }
+    }
+    swapcontext(&s.fibers[from], &s.caller);
+}
+
+inline void FiberBarrier::arrive_and_wait() {
+    const unsigned waiting_for = generation;
+    if (++arrived == expected) {
+        release();
+        return;
+    }
+    while (generation == waiting_for) switch_away();
+}
+
+inline void __syncthreads() { scheduler->block.barrier.arrive_and_wait(); }
+
+inline WarpState& current_warp() { return scheduler->block.warps[warp_index]; }
+
+inline float __shfl_xor_sync(unsigned, float value, int lane_mask) {
+    WarpState& warp = current_warp();
+    warp.exchange[lane_index] = value;
+    warp.barrier.arrive_and_wait();
+    const float partner = warp.exchange[lane_index ^ lane_mask];
+    warp.barrier.arrive_and_wait();  // nobody overwrites exchange[] before every lane has read
+    return partner;
+}
+
+inline void run_fiber() {
+    Scheduler& s = *scheduler;
+    s.kernel();
+    const int self = s.current;
+    s.finished[self] = true;
+    // A thread that has returned takes no part in later barriers.
+    s.block.barrier.arrive_and_drop();
+    s.block.warps[warp_index].barrier.arrive_and_drop();
+    switch_away();  // never resumed
+}
+
+// Runs kernel() on every thread of every block of grid, blocks one at a time.
+template <class Kernel>
+void launch(Index3 grid, unsigned threads_per_block, Kernel kernel) {
+    Scheduler s;
+    s.kernel = kernel;
+    s.fibers.resize(threads_per_block);
+    s.finished.resize(threads_per_block);
+    for (unsigned t = 0; t < threads_per_block; ++t)
+        s.stacks.emplace_back(new char[Scheduler::STACK_BYTES]);
+    scheduler = &s;
+    blockDim = {threads_per_block, 1, 1};
+    const unsigned warps = (threads_per_block + 31) / 32;
+    for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+            for (unsigned x = 0; x < grid.x; ++x) {
+                blockIdx = {x, y, z};
+                s.block = BlockState{};
+                s.block.barrier.expected = int(threads_per_block);
+                s.block.warps.resize(warps);
+                for (unsigned w = 0; w < warps; ++w)
+                    s.block.warps[w].barrier.expected = int(std::min(32u, threads_per_block - 32 * w));
+                for (unsigned t = 0; t < threads_per_block; ++t) {
+                    s.finished[t] = false;
+                    getcontext(&s.fibers[t]);
+                    s.fibers[t].uc_stack.ss_sp = s.stacks[t].get();
+                    s.fibers[t].uc_stack.ss_size = Scheduler::STACK_BYTES;
+                    s.fibers[t].uc_link = &s.caller;
+                    makecontext(&s.fibers[t], run_fiber, 0);
+                }
+                become(0);
+                swapcontext(&s.caller, &s.fibers[0]);
+            }
+    scheduler = nullptr;
+}
+
+// --- 16-bit formats and mma.sync m16n8k16 ---------------------------------------------------------
+
+inline float float16_value(unsigned short bits) {
+    _Float16 half;
+    std::memcpy(&half, &bits, sizeof half);
+    return static_cast<float>(half);
+}
+
+inline unsigned short float16_bits(float value) {
+    const _Float16 half = static_cast<_Float16>(value);  // round to nearest even
+    unsigned short bits;
+    std::memcpy(&bits, &half, sizeof bits);
+    return bits;
+}
+
+inline float bfloat16_value(unsigned short bits) { return __uint_as_float(unsigned(bits) << 16); }
+
+inline unsigned short bfloat16_bits(float value) {
+    const unsigned bits = float_bits(value);
+    if (std::isnan(value)) return 0x7fc0;
+    return static_cast<unsigned short>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+template <bool BF16>
+struct HostFormat {
+    static float value(unsigned short bits) {
+        return BF16 ? bfloat16_value(bits) : float16_value(bits);
+    }
+    static unsigned pack(float low, float high) {
+        const unsigned short lo = BF16 ? bfloat16_bits(low) : float16_bits(low);
+        const unsigned short hi = BF16 ? bfloat16_bits(high) : float16_bits(high);
+        return unsigned(lo) | (unsigned(hi) << 16);
+    }
+    static float element(unsigned reg, int half) {
+        return value(static_cast<unsigned short>(half ? reg >> 16 : reg & 0xffffu));
+    }
+    // PTX ISA, "Matrix fragments for mma.m16n8k16 with floating point type":
+    //   A element (row, k): lane 4 * (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8)
+    //   B element (k, n):   lane 4 * n + (k % 8) / 2, register (k >= 8)
+    //   C element ci:       row group + 8 (i >= 2), column 2 tig + (i % 2); half = k % 2
+    static void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+        WarpState& warp = current_warp();
+        std::memcpy(warp.a[lane_index], a, sizeof a);
+        warp.b[lane_index][0] = b0;
+        warp.b[lane_index][1] = b1;
+        warp.barrier.arrive_and_wait();
+        const int group = lane_index / 4, tig = lane_index % 4;
+        for (int i = 0; i < 4; ++i) {
+            const int row = group + 8 * (i / 2), col = 2 * tig + (i % 2);
+            double sum = c[i];
+            for (int k = 0; k < 16; ++k) {
+                const float a_value =
+                    element(warp.a[4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
+                const float b_value = element(warp.b[4 * col + (k % 8) / 2][k >= 8], k % 2);
+                sum += double(a_value) * double(b_value);
+            }
+            c[i] = static_cast<float>(sum);
+        }
+        warp.barrier.arrive_and_wait();
+    }
+};
+
+constexpr bool is_bfloat16(const char* ptx_type) { return ptx_type[0] == 'b'; }
+
+#define SIXTEEN_BIT_FORMAT(NAME, PTX_TYPE) \
+    struct NAME : HostFormat<is_bfloat16(PTX_TYPE)> {};
