@@ -60,7 +60,9 @@ def validate(impl, case: Case, arrays, native, *, heads_checked: int | None = No
     return comparison.budget_fraction
 
 
-def check_gate(gate: Gate, perf_table: list, *, timer=None, unit: str = "GFLOP/s") -> float:
+def check_gate(
+    gate: Gate, perf_table: list, *, timer=None, unit: str = "GFLOP/s", repeats: int = 21
+) -> float:
     """Validate the gate's subject and baseline, time them interleaved, add the rows to the
     table and fail unless the subject's median time is within the gate's ratio; the ratio."""
     subject, baseline = available(gate.subject), available(gate.baseline)
@@ -72,7 +74,7 @@ def check_gate(gate: Gate, perf_table: list, *, timer=None, unit: str = "GFLOP/s
         calls[impl.name] = lambda impl=impl, native=native: impl.attention(
             *native, causal=case.causal, scale=None
         )
-    timings = interleaved(calls, timer=timer)
+    timings = interleaved(calls, timer=timer, repeats=repeats)
     ratio = timings[subject.name].median / timings[baseline.name].median
     verdict = "passes" if ratio <= gate.max_time_ratio else "FAILS"
     for name in calls:
