@@ -260,6 +260,7 @@ def item_claims(item: pytest.Item) -> list[str]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     catalogue = load_catalogue()
     problems = []
+    xdist_loaded = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if CONFORMANCE_DIR not in Path(item.path).parents:
             continue
@@ -268,8 +269,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             problems.append(f"{item.nodeid}: no @pytest.mark.claim(...) marker")
         problems += [f"{item.nodeid}: unknown claim {c!r}" for c in claims if c not in catalogue]
         subject = item.callspec.params["impl"].impl.name if _has_impl(item) else MATHEMATICS
-        # With --dist loadgroup, one worker runs all of an implementation's tests.
-        item.add_marker(pytest.mark.xdist_group(subject))
+        if xdist_loaded:
+            # With --dist loadgroup, one worker runs all of an implementation's tests. Without
+            # xdist the marker is unknown, and --strict-markers would make it an error.
+            item.add_marker(pytest.mark.xdist_group(subject))
         item.user_properties.append(("attnspec_subject", subject))
         item.user_properties.append(("attnspec_claims", ",".join(claims)))
     if problems:
