@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import importlib.metadata
 import json
 import math
 import os
@@ -27,23 +28,31 @@ from conformance.measurements import (
     saturation,
 )
 from conformance.plugin import seed_value
-from conformance.report import matrix_lines
-from conformance.selection import split_names
+from conformance.report import matrix_lines, report_path_problem
+from conformance.selection import claim_patterns, split_names_or_fail
 from impls.registry import BUILTINS, RegistryError, entry_point_names, resolve
 from spec.catalogue import load_catalogue
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
 PROFILES = ("ci", "dev", "thorough")
 USAGE_ERROR = 2
+PYTEST_USAGE_ERROR = 4
 
 
 # --- attnspec list ------------------------------------------------------------------------------
 
 
 def command_list(options: argparse.Namespace) -> int:
-    names = [(name, "built-in") for name in BUILTINS]
-    names += [(name, "entry point") for name in entry_point_names()]
-    names += [(name, "--impl") for name in split_names(options.impl)]
+    if options.impl is not None:
+        try:
+            selected = split_names_or_fail(options.impl)
+        except RegistryError as exc:
+            return usage_error(str(exc))
+        known = {**{n: "entry point" for n in entry_point_names()}, **dict.fromkeys(BUILTINS, "built-in")}
+        names = [(name, known.get(name, "--impl")) for name in selected]
+    else:
+        names = [(name, "built-in") for name in BUILTINS]
+        names += [(name, "entry point") for name in entry_point_names()]
     rows = [("name", "source", "version", "device", "declares", "runs here")]
     unresolved = []
     for name, source in names:
@@ -107,17 +116,29 @@ def pytest_arguments(options: argparse.Namespace, report_json: Path) -> list[str
 
 def command_run(options: argparse.Namespace) -> int:
     catalogue = load_catalogue()
-    for pattern in split_names(options.claims):
+    for pattern in claim_patterns(options.claims):
         if not catalogue.matching([pattern]):
             return usage_error(
                 f"--claims {pattern} matches no claim; claims are: "
                 + ", ".join(c.id for c in catalogue)
             )
+    if options.impl is not None:
+        try:
+            split_names_or_fail(options.impl)
+        except RegistryError as exc:
+            return usage_error(str(exc))
+    for flag, path in (("--report-json", options.report_json), ("--report-html", options.report_html)):
+        problem = report_path_problem(path) if path is not None else None
+        if problem:
+            return usage_error(f"{flag} {path}: {problem}")
     with tempfile.TemporaryDirectory(prefix="attnspec-run-") as scratch:
         report_json = options.report_json or Path(scratch) / "report.json"
         command = [sys.executable, "-m", "pytest", *pytest_arguments(options, report_json)]
         print("attnspec run: " + " ".join(command[1:]), flush=True)
         status = subprocess.call(command)
+        if status == PYTEST_USAGE_ERROR:
+            # pytest's usage error (a bad --impl, say): this command's usage errors exit 2.
+            return USAGE_ERROR
         if not report_json.exists():
             print(
                 f"attnspec run: the suite ended with status {status} and wrote no report "
@@ -231,6 +252,13 @@ def usage_error(message: str) -> int:
     return USAGE_ERROR
 
 
+def attnspec_version() -> str:
+    try:
+        return importlib.metadata.version("attnspec")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed: a plain checkout)"
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -246,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="attnspec",
         description="The conformance suite for causal scaled dot-product attention.",
     )
+    parser.add_argument("--version", action="version", version=f"attnspec {attnspec_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     listing = commands.add_parser("list", help="known implementations and whether they run here")
@@ -305,6 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # `python -m conformance` and `python -m pytest` find a kernel file in the current directory;
+    # the installed script starts with its own folder on sys.path instead, so put the current
+    # directory first here too and every subcommand resolves --impl alike.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     options = build_parser().parse_args(argv)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     return options.handler(options)

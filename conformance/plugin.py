@@ -17,7 +17,9 @@ import pytest
 from conformance.harness import Subject
 from conformance.isolation import FlightDeck
 from conformance.report import build_report, write_report
-from conformance.selection import ENV_VAR, Selected, select, split_names
+from conformance.report import report_path_problem
+from conformance.selection import ENV_VAR, Selected, select
+from conformance.selection import claim_patterns as selection_claim_patterns
 from conformance.verdicts import MATHEMATICS, Ledger
 from impls.registry import RegistryError
 from spec.catalogue import load_catalogue
@@ -128,6 +130,12 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"attnspec: {exc}") from None
     config.stash[SELECTION_KEY] = selection
     claim_patterns(config)  # a bad pattern is a usage error before any worker starts
+    for option in ("report_json", "report_html"):
+        path = config.getoption(option)
+        problem = report_path_problem(path) if path is not None else None
+        if problem:
+            flag = "--" + option.replace("_", "-")
+            raise pytest.UsageError(f"attnspec: {flag} {path}: {problem}")
     run_seed(config)
     config.stash[LEDGER_KEY] = Ledger(load_catalogue(), [s.impl.name for s in selection])
     worker_input = getattr(config, "workerinput", None)
@@ -145,7 +153,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def claim_patterns(config: pytest.Config) -> list[str]:
     """The ``--claims`` patterns, comma-separated or repeated; each must match a claim."""
-    patterns = split_names(config.getoption("claims"))
+    patterns = selection_claim_patterns(config.getoption("claims"))
     catalogue = load_catalogue()
     unmatched = [p for p in patterns if not catalogue.matching([p])]
     if unmatched:

@@ -92,8 +92,28 @@ def build_report(
     }
 
 
+def report_path_problem(path: Path) -> str | None:
+    """Why a report cannot be written to ``path``, or None: checked before the run, so that a
+    typo never costs the run's verdict."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        return "is a directory; give a file name"
+    if not parent.exists():
+        # Walk up to say which part is missing or is a file.
+        for ancestor in [parent, *parent.parents]:
+            if ancestor.exists():
+                if not ancestor.is_dir():
+                    return f"{ancestor} is a file, not a directory"
+                break
+        return f"directory {parent} does not exist; create it first"
+    if not parent.is_dir():
+        return f"{parent} is a file, not a directory"
+    if not os.access(parent, os.W_OK):
+        return f"directory {parent} is not writable"
+    return None
+
+
 def write_report(path: Path, report: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1, sort_keys=False) + "\n", encoding="utf-8")
 
 

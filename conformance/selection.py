@@ -35,14 +35,31 @@ def split_names(values: list[str] | None) -> list[str]:
     return names
 
 
+def split_names_or_fail(option_values: list[str]) -> list[str]:
+    """The names of given ``--impl`` options; none at all is an error, never every built-in."""
+    names = split_names(option_values)
+    if not names:
+        given = " ".join(f"--impl {value!r}" for value in option_values)
+        raise RegistryError(
+            f"{given} names no implementation; leave --impl out to judge every built-in"
+        )
+    return names
+
+
+def claim_patterns(option_values: list[str] | None) -> list[str]:
+    """``--claims`` patterns, upper-cased as claim IDs are (``mask-zero`` is ``MASK-ZERO``)."""
+    return [pattern.upper() for pattern in split_names(option_values)]
+
+
 def select(option_values: list[str] | None, environ=os.environ) -> list[Selected]:
     """The selection: ``--impl`` wins, then ``$ATTNSPEC_IMPL``, then every built-in.
 
     Raises :class:`impls.registry.RegistryError` for a name that resolves to nothing.
     """
-    names = split_names(option_values) or split_names([environ.get(ENV_VAR, "")])
-    if not names:
-        names = list(BUILTINS)
+    if option_values is not None:
+        names = split_names_or_fail(option_values)
+    else:
+        names = split_names([environ.get(ENV_VAR, "")]) or list(BUILTINS)
     selected = [Selected(resolve(name), name) for name in names]
     seen: dict[str, str] = {}
     for item in selected:

@@ -6,6 +6,7 @@ says what was asked for, what went wrong and what is available, never an empty s
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -102,8 +103,14 @@ def resolve(name: str) -> Implementation:
             return coerce(target, name)
     if ":" in name:
         return coerce(_import_attribute(name), name)
-    hint = " (to import one, write package.module:attribute)" if "." in name else ""
-    raise RegistryError(f"unknown implementation {name!r}{hint}; available: {available_names()}")
+    close = difflib.get_close_matches(name, [*BUILTINS, *entry_point_names()], n=3)
+    if close:
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?"
+    elif "." in name:
+        hint = " (to import one, write package.module:attribute)"
+    else:
+        hint = ""
+    raise RegistryError(f"unknown implementation {name!r}{hint} Available: {available_names()}")
 
 
 def _import_attribute(spec: str) -> object:

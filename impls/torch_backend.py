@@ -42,7 +42,7 @@ class TorchArrays:
 
     def unavailable_reason(self) -> str | None:
         if torch is None:
-            return "torch is not installed (pip install 'attnspec[torch]')"
+            return "torch is not installed (pip install torch==2.13.0, the version this suite pins)"
         if self.device == "cuda" and not torch.cuda.is_available():
             return "no CUDA device (torch.cuda.is_available() is False)"
         return None

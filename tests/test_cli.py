@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.suite_process import run_module
+from tests.suite_process import ROOT, run_module
 
 MUTANT = "tests.zoo.mutants:mask_off_by_one"
 
@@ -151,3 +153,84 @@ def test_demo_reproduces_the_documents_numbers():
     assert "row 0: 1.000  0.000  0.000  0.000  0.000   sum 1.000" in run.stdout
     assert "scores per layer: 12,582,912" in run.stdout
     assert "heads concatenated: (1024, 768)" in run.stdout
+
+
+# --- what a newcomer types first ----------------------------------------------------------------
+
+KERNEL_FILE = '''
+import numpy as np
+
+def attention(q, k, v, *, causal=True, scale=None):
+    return q
+'''
+
+
+def test_every_subcommand_finds_a_kernel_file_in_the_current_directory(tmp_path):
+    """The installed script starts with its own folder on sys.path, not the current directory."""
+    (tmp_path / "mykernel.py").write_text(KERNEL_FILE)
+    script = tmp_path / "bin" / "attnspec_script.py"
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom conformance.cli import main\nsys.exit(main())\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    run = subprocess.run(
+        [sys.executable, str(script), "list", "--impl", "mykernel:attention"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "ModuleNotFoundError" not in run.stdout + run.stderr
+
+
+def test_list_with_impl_lists_only_what_was_named():
+    run = attnspec("list", "--impl", "numpy")
+    assert run.returncode == 0, run.stderr
+    rows = [line.split()[0] for line in run.stdout.splitlines()[1:]]
+    assert rows == ["numpy"]
+
+
+def test_version():
+    run = attnspec("--version")
+    assert run.returncode == 0, run.stderr
+    assert re.fullmatch(r"attnspec \S.*\n", run.stdout)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--impl", ""], "names no implementation"),
+        (["--impl", "nump"], "did you mean 'numpy'"),
+        (["--claims", "NOPE"], "--claims NOPE matches no claim"),
+        (["--impl", "numpy", "--report-json", "README.md/r.json"], "is a file, not a directory"),
+        (["--impl", "numpy", "--report-json", "no/such/dir/r.json"], "does not exist"),
+        (["--impl", "numpy", "--report-html", "conformance"], "is a directory"),
+    ],
+)
+def test_run_usage_errors_exit_2_before_any_test_runs(args, message):
+    run = attnspec("run", *args)
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+    assert message in run.stderr
+    assert "passed" not in run.stdout and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--impl", ""], "names no implementation"),
+        (["--report-json", "README.md/r.json"], "is a file, not a directory"),
+        (["--report-json", "no/such/dir/r.json"], "does not exist"),
+    ],
+)
+def test_pytest_usage_errors_exit_4_before_collecting(suite, args, message):
+    run = suite("--claims", "SCORE-SHAPE", *args)
+    assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
+    assert message in run.stderr
+    assert "passed" not in run.stdout
+
+
+def test_claim_ids_are_case_insensitive_everywhere(suite):
+    run = suite("--impl", "numpy", "--claims", "score-shape", "-q")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "passed" in run.stdout

@@ -28,7 +28,7 @@ def test_module_attribute_gives_a_plain_callable():
     [
         (
             "no_such_impl",
-            "unknown implementation 'no_such_impl'; available: built-in: numpy_reference",
+            "unknown implementation 'no_such_impl' Available: built-in: numpy_reference",
         ),
         ("tests.planted.plain", "to import one, write package.module:attribute"),
         ("tests.planted.nowhere:fn", "importing module 'tests.planted.nowhere' failed"),
@@ -40,6 +40,8 @@ def test_module_attribute_gives_a_plain_callable():
         ("tests.planted.plain:wrong_signature", "cannot be called as fn(q, k, v, *, causal=True"),
         (":correct", "expected package.module:attribute"),
         ("  ", "empty implementation name"),
+        ("nump", "did you mean 'numpy'"),
+        ("torch_spda", "did you mean 'torch_sdpa'"),
     ],
 )
 def test_bad_names_are_usage_errors_naming_the_problem(name, message):
@@ -73,3 +75,9 @@ def test_selection_order_and_sources():
 def test_two_names_for_one_implementation_are_rejected():
     with pytest.raises(RegistryError, match="both name an implementation called"):
         select(["numpy", "impls.numpy_vectorised:NumpyVectorised"])
+
+
+@pytest.mark.parametrize("values", [[""], [" , "], ["", ","]])
+def test_an_empty_impl_option_is_a_usage_error_not_every_builtin(values):
+    with pytest.raises(RegistryError, match="names no implementation"):
+        select(values)
