@@ -14,6 +14,7 @@ import pytest
 
 from conformance.harness import Case, Subject
 from conformance.tolerance import Comparison, compare_to_oracle
+from impls.contract import CONVENTIONS
 
 
 def fail(claim: str, subject: Subject | None, case: Case | None, message: str) -> None:
@@ -76,6 +77,33 @@ def assert_raises_clearly(claim: str, subject: Subject, case: Case, problem: str
         f"{problem}: returned {type(out).__name__} of shape {getattr(out, 'shape', '?')}, "
         "but should raise an error",
     )
+
+
+def assert_follows_convention(
+    claim: str, subject: Subject, problem: str, convention: str, followed: str | None, why_not: str
+) -> None:
+    """The answer to ``problem`` followed one of ``convention``'s accepted values, and the one the
+    implementation declares if it declares one; the one followed goes to the report."""
+    __tracebackhide__ = True
+    accepted = CONVENTIONS[convention]
+    if followed is None:
+        fail(
+            claim,
+            subject,
+            None,
+            f"{problem}: {why_not}; it should raise an error or follow {convention}="
+            + " or ".join(v for v in accepted if v != "raise"),
+        )
+    declared = subject.impl.capabilities.convention(convention)
+    if declared is not None and followed != declared:
+        fail(
+            claim,
+            subject,
+            None,
+            f"{problem}: {convention}={followed} ({accepted[followed]}), but it declares "
+            f"{convention}={declared} ({accepted[declared]})",
+        )
+    subject.note_convention(convention, followed)
 
 
 def assert_within_budget(

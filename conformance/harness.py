@@ -94,11 +94,16 @@ class Subject:
     def __post_init__(self) -> None:
         self.rng = random_stream(self.seed, self.test_id)
         self.worst_budget_fraction: float | None = None  # largest error / budget judged so far
+        self.conventions: dict[str, str] = {}  # convention -> the value this test saw followed
 
     def note_budget_fraction(self, fraction: float) -> None:
         """Remember an error judged against its tolerance budget, for the report."""
         if self.worst_budget_fraction is None or not fraction <= self.worst_budget_fraction:
             self.worst_budget_fraction = fraction
+
+    def note_convention(self, convention: str, followed: str) -> None:
+        """Remember which convention (impls.contract.CONVENTIONS) the implementation followed."""
+        self.conventions[convention] = followed
 
     @property
     def name(self) -> str:

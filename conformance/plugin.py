@@ -321,6 +321,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     subject = getattr(item, "funcargs", {}).get("subject")
     if report.when == "call" and getattr(subject, "worst_budget_fraction", None) is not None:
         report.user_properties.append(("attnspec_budget_fraction", subject.worst_budget_fraction))
+    if report.when == "call" and getattr(subject, "conventions", None):
+        followed = ",".join(f"{name}={value}" for name, value in sorted(subject.conventions.items()))
+        report.user_properties.append(("attnspec_conventions", followed))
     if report.when != "call" or not report.failed or not item_claims(item):
         return report
     notes = getattr(call.excinfo.value, "__notes__", None) if call.excinfo else None
@@ -367,6 +370,8 @@ class VerdictRecorder:
         self.ledger.record(
             subject, [c for c in claims if c], outcome, report.nodeid, reason, fraction
         )
+        for pair in filter(None, (_property(report, "attnspec_conventions") or "").split(",")):
+            self.ledger.note_convention(subject, *pair.split("=", 1))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.ledger.implementations_checked() == 0 and self.ledger.implementation_records():

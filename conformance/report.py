@@ -63,6 +63,7 @@ def subject_entry(ledger: Ledger, name: str, selected: Selected | None) -> dict:
             capabilities=impl.capabilities.describe(),
             skip_reason=selected.skip_reason,
         )
+    entry["conventions"] = ledger.conventions_followed(name)
     entry["claims"] = claims
     return entry
 

@@ -8,12 +8,16 @@ import pytest
 
 from conformance.assertions import (
     assert_equal,
+    assert_follows_convention,
     assert_identical,
     assert_raises_clearly,
     assert_shape,
     fail,
 )
+from conformance.conventions import FOLLOWS
 from conformance.harness import Case
+from conformance.tolerance import compare_to_oracle
+from impls.dtypes import UNIT_ROUNDOFF, round_to
 
 
 @pytest.mark.claim("CONTRACT-DTYPE")
@@ -86,53 +90,103 @@ def test_repeat_call_is_bit_identical(subject, dtype):
         )
 
 
-INVALID = {
-    # name: (q shape, k shape, v shape, causal, scale)
-    "q-rank-3": ((2, 8, 4), (1, 2, 8, 4), (1, 2, 8, 4), True, None),
-    "k-rank-5": ((1, 2, 8, 4), (1, 1, 2, 8, 4), (1, 2, 8, 4), True, None),
-    "batch-mismatch": ((2, 2, 8, 4), (1, 2, 8, 4), (1, 2, 8, 4), True, None),
-    "heads-mismatch": ((1, 2, 8, 4), (1, 3, 8, 4), (1, 3, 8, 4), True, None),
-    "qk-dim-mismatch": ((1, 2, 8, 4), (1, 2, 8, 5), (1, 2, 8, 4), True, None),
-    "kv-length-mismatch": ((1, 2, 8, 4), (1, 2, 8, 4), (1, 2, 9, 4), True, None),
-    "causal-Tq>Tk": ((1, 2, 9, 4), (1, 2, 8, 4), (1, 2, 8, 4), True, None),
-    "head-dim-0": ((1, 2, 8, 0), (1, 2, 8, 0), (1, 2, 8, 4), True, None),
-    "scale-nan": ((1, 2, 8, 4), (1, 2, 8, 4), (1, 2, 8, 4), True, float("nan")),
-    "scale-inf": ((1, 2, 8, 4), (1, 2, 8, 4), (1, 2, 8, 4), True, float("inf")),
+# Inputs that no implementation can attend: each must raise an error with a message.
+UNATTENDABLE = {
+    # name: (q shape, k shape, v shape)
+    "batch-2-vs-3": ((2, 2, 8, 4), (3, 2, 8, 4), (3, 2, 8, 4)),
+    "heads-2-vs-3": ((1, 2, 8, 4), (1, 3, 8, 4), (1, 3, 8, 4)),
+    "qk-dim-mismatch": ((1, 2, 8, 4), (1, 2, 8, 5), (1, 2, 8, 4)),
+    "kv-length-mismatch": ((1, 2, 8, 4), (1, 2, 8, 4), (1, 2, 9, 4)),
+    "head-dim-0": ((1, 2, 8, 0), (1, 2, 8, 0), (1, 2, 8, 4)),
 }
 
 
 @pytest.mark.claim("CONTRACT-ERRORS")
-@pytest.mark.parametrize("problem", list(INVALID))
-def test_invalid_input_raises(subject, dtype, problem):
-    q_shape, k_shape, v_shape, causal, scale = INVALID[problem]
-    case = Case(dtype=dtype, causal=causal, scale=scale)
-    q, k, v = (np.ones(shape) for shape in (q_shape, k_shape, v_shape))
-    native = subject.to_native(case, q, k, v)
+@pytest.mark.parametrize("problem", list(UNATTENDABLE))
+def test_unattendable_inputs_raise(subject, dtype, problem):
+    q_shape, k_shape, v_shape = UNATTENDABLE[problem]
+    case = Case(dtype=dtype)
+    native = subject.to_native(case, *(np.ones(shape) for shape in (q_shape, k_shape, v_shape)))
     assert_raises_clearly(
         "CONTRACT-ERRORS",
         subject,
-        case,
-        f"{problem} (q{q_shape} k{k_shape} v{v_shape})",
-        lambda: subject.impl.attention(*native, causal=causal, scale=scale),
+        None,
+        f"{problem} (q{q_shape} k{k_shape} v{v_shape}, causal=True)",
+        lambda: subject.impl.attention(*native, causal=True, scale=None),
     )
 
 
+# Inputs on which widely used kernels follow different conventions on purpose
+# (impls.contract.CONVENTIONS): an error, or exactly the convention's result; nothing else.
+CONVENTION_INPUTS = {
+    # name: (convention, q shape, k shape, v shape, scale)
+    "q-rank-3": ("batch_axes", (2, 8, 4), (1, 2, 8, 4), (1, 2, 8, 4), None),
+    "k-rank-5": ("batch_axes", (1, 2, 8, 4), (1, 1, 2, 8, 4), (1, 2, 8, 4), None),
+    "batch-2-vs-1": ("batch_axes", (2, 2, 8, 4), (1, 2, 8, 4), (1, 2, 8, 4), None),
+    "causal-Tq>Tk": ("unseen_rows", (1, 2, 12, 4), (1, 2, 8, 4), (1, 2, 8, 4), None),
+    "scale-nan": ("nonfinite_scale", (1, 2, 8, 4), (1, 2, 8, 4), (1, 2, 8, 4), float("nan")),
+    "scale-inf": ("nonfinite_scale", (1, 2, 8, 4), (1, 2, 8, 4), (1, 2, 8, 4), float("inf")),
+}
+
+
 @pytest.mark.claim("CONTRACT-ERRORS")
-def test_mixed_dtypes_raise(subject):
+@pytest.mark.parametrize("problem", list(CONVENTION_INPUTS))
+def test_convention_inputs_raise_or_follow_the_convention(subject, dtype, problem):
+    convention, q_shape, k_shape, v_shape, scale = CONVENTION_INPUTS[problem]
+    if scale is not None:
+        subject.require(Case(dtype=dtype, scale=1.0))
+    case = Case(dtype=dtype, scale=scale)
+    q, k, v = (
+        round_to(subject.rng.standard_normal(shape), dtype) for shape in (q_shape, k_shape, v_shape)
+    )
+    described = f"{problem} (q{q_shape} k{k_shape} v{v_shape}, causal=True, scale={scale})"
+    native = subject.to_native(case, q, k, v)
+    try:
+        out = subject.impl.attention(*native, causal=True, scale=scale)
+    except Exception as exc:
+        if not str(exc).strip():
+            fail("CONTRACT-ERRORS", subject, None, f"{described}: raised {type(exc).__name__} "
+                 "with no message")
+        followed, why_not = "raise", ""
+    else:
+        got = subject.impl.to_numpy(out).astype(np.float64)
+        followed, why_not = FOLLOWS[convention](got, q, k, v, dtype=dtype, scale=scale)
+    assert_follows_convention("CONTRACT-ERRORS", subject, described, convention, followed, why_not)
+
+
+@pytest.mark.claim("CONTRACT-ERRORS")
+def test_mixed_dtypes_raise_or_promote(subject):
     dtypes = subject.impl.capabilities.dtypes
     if len(dtypes) < 2:
         pytest.skip(f"{subject.name} declares one dtype only: nothing to mix")
-    case = subject.fit(Case(batch=1, heads=1, tq=4, head_dim=4, dtype=dtypes[0]))
+    coarser = max(dtypes[:2], key=lambda name: UNIT_ROUNDOFF[name])
+    case = subject.fit(Case(batch=1, heads=1, tq=4, head_dim=4, dtype=coarser))
     q, k, v = subject.inputs(case)
     native = [
         subject.impl.from_numpy(q, dtypes[0]),
         subject.impl.from_numpy(k, dtypes[1]),
         subject.impl.from_numpy(v, dtypes[0]),
     ]
-    assert_raises_clearly(
-        "CONTRACT-ERRORS",
-        subject,
-        case,
-        f"mixed dtypes (q {dtypes[0]}, k {dtypes[1]})",
-        lambda: subject.impl.attention(*native, causal=True, scale=None),
+    described = f"mixed dtypes (q {dtypes[0]}, k {dtypes[1]}, v {dtypes[0]})"
+    try:
+        out = subject.impl.attention(*native, causal=True, scale=None)
+    except Exception as exc:
+        if not str(exc).strip():
+            fail("CONTRACT-ERRORS", subject, None, f"{described}: raised {type(exc).__name__} "
+                 "with no message")
+        followed, why_not = "raise", ""
+    else:
+        got_dtype = subject.impl.dtype_name(out)
+        got = subject.impl.to_numpy(out).astype(np.float64)
+        comparison = compare_to_oracle(got, q, k, v, dtype=coarser) if got.shape == case.out_shape else None
+        if got_dtype not in dtypes[:2]:
+            followed, why_not = None, f"returned dtype {got_dtype}, which is neither input's"
+        elif comparison is None:
+            followed, why_not = None, f"returned shape {got.shape}, but should be {case.out_shape}"
+        elif not comparison.ok:
+            followed, why_not = None, f"returned wrong values: {comparison.describe()}"
+        else:
+            followed, why_not = "promote", ""
+    assert_follows_convention(
+        "CONTRACT-ERRORS", subject, described, "mixed_dtypes", followed, why_not
     )

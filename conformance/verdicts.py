@@ -43,6 +43,18 @@ class Ledger:
         self.catalogue = catalogue
         self.implementations = list(implementations)
         self.records: dict[tuple[str, str], ClaimRecord] = defaultdict(ClaimRecord)
+        # subject -> convention -> the values its answers followed (impls.contract.CONVENTIONS)
+        self.conventions: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+
+    def note_convention(self, subject: str, convention: str, followed: str) -> None:
+        self.conventions[subject][convention].add(followed)
+
+    def conventions_followed(self, subject: str) -> dict[str, str]:
+        """convention -> the value followed ("raise/broadcast" where the answers differed)."""
+        return {
+            name: "/".join(sorted(values))
+            for name, values in sorted(self.conventions.get(subject, {}).items())
+        }
 
     def record(
         self,
@@ -117,6 +129,12 @@ class Ledger:
                 if by_verdict[v]
             )
             lines.append(f"{subject:<{width}}  {verdict:<8}  {counts}")
+            followed = self.conventions_followed(subject)
+            if followed:
+                lines.append(
+                    f"{'':<{width}}    conventions: "
+                    + ", ".join(f"{name}={value}" for name, value in followed.items())
+                )
             for label, claims in (("failed", failed_must), ("unmet", by_verdict[UNMET])):
                 for claim in claims:
                     rec = self.records[(subject, claim)]

@@ -37,6 +37,33 @@ class ContractViolation(TypeError):
     """An implementation returned something the contract does not allow."""
 
 
+# Where widely used kernels disagree on purpose, the contract names the conventions and accepts
+# each; an implementation may declare the one it follows (Capabilities.conventions), and the
+# suite reports the one it saw. Anything else - a wrong shape, wrong values - is silent garbage.
+CONVENTIONS: dict[str, dict[str, str]] = {
+    "batch_axes": {
+        "raise": "q, k, v of another rank, or batch or head axes of size 1 against n, raise",
+        "broadcast": "leading axes broadcast as in NumPy (PyTorch's SDPA does so on purpose)",
+    },
+    "unseen_rows": {
+        "raise": "causal attention with Tq > Tk raises",
+        "zeros": "query rows that see no key are zero (FlashAttention, ONNX Attention, FlashInfer)",
+        "nan": "query rows that see no key are NaN: the literal formula's 0/0",
+    },
+    "nonfinite_scale": {
+        "raise": "a NaN or infinite scale raises",
+        "nan": "a NaN or infinite scale gives NaN everywhere: the formula's own arithmetic",
+    },
+    "mixed_dtypes": {
+        "raise": "q, k, v of different dtypes raise",
+        "promote": "q, k, v of different dtypes are promoted to one of them (NumPy, PyTorch)",
+    },
+}
+
+# What validate_inputs enforces: the convention of every built-in that calls it.
+RAISES_ON_ALL = tuple((name, "raise") for name in CONVENTIONS)
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What an implementation declares; tests needing more are skipped, naming what is missing."""
@@ -49,12 +76,29 @@ class Capabilities:
     head_dims: tuple[int, ...] | None = None  # None: every D >= 1
     distinct_value_dim: bool = True  # v's head dim Dv may differ from q's and k's D
     exposes_weights: bool = False  # has attention_weights(), the (B, H, Tq, Tk) softmax
+    # (name, value) pairs from CONVENTIONS; a name left out accepts any of its values
+    conventions: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.dtypes:
             raise ValueError("Capabilities.dtypes is empty: declare at least one dtype")
         for dtype in self.dtypes:
             check_dtype(dtype)
+        for name, value in self.conventions:
+            if name not in CONVENTIONS:
+                raise ValueError(
+                    f"Capabilities.conventions names {name!r}, but should name one of "
+                    + ", ".join(CONVENTIONS)
+                )
+            if value not in CONVENTIONS[name]:
+                raise ValueError(
+                    f"Capabilities.conventions {name}={value!r}, but should be one of "
+                    + ", ".join(CONVENTIONS[name])
+                )
+
+    def convention(self, name: str) -> str | None:
+        """The declared convention ``name`` (a key of CONVENTIONS), or None: any is accepted."""
+        return dict(self.conventions).get(name)
 
     def supports_head_dim(self, head_dim: int) -> bool:
         return self.head_dims is None or head_dim in self.head_dims
@@ -73,7 +117,12 @@ class Capabilities:
             if on
         ]
         dims = "any D" if self.head_dims is None else "D in " + ",".join(map(str, self.head_dims))
-        return f"{'/'.join(self.dtypes)}; {', '.join(flags) or 'causal only'}; {dims}"
+        text = f"{'/'.join(self.dtypes)}; {', '.join(flags) or 'causal only'}; {dims}"
+        if self.conventions == RAISES_ON_ALL:
+            return text + "; raises on every convention"
+        if self.conventions:
+            return text + "; " + ", ".join(f"{n}={v}" for n, v in self.conventions)
+        return text
 
 
 class Implementation(ABC):
@@ -242,6 +291,8 @@ def check_plain_signature(fn: Callable, name: str) -> None:
 __all__ = [
     "DTYPES",
     "PLAIN_SIGNATURE",
+    "CONVENTIONS",
+    "RAISES_ON_ALL",
     "AttentionInputError",
     "Capabilities",
     "ContractViolation",

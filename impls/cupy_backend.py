@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from impls.contract import (
+    RAISES_ON_ALL,
     Capabilities,
     ContractViolation,
     Implementation,
@@ -161,7 +162,7 @@ class CupyNaive(CupyArrays, Implementation):
     """The document's kernel: one thread per score, the (Tq, Tk) scores materialised."""
 
     name = "cupy_naive"
-    capabilities = Capabilities(dtypes=("float32",))
+    capabilities = Capabilities(dtypes=("float32",), conventions=RAISES_ON_ALL)
 
     def attention(self, q, k, v, *, causal=True, scale=None):
         validate_inputs(q, k, v, causal=causal, scale=scale)
@@ -198,6 +199,7 @@ class CupyFlash(CupyArrays, Implementation):
         dtypes=("float32", "float16", "bfloat16"),
         head_dims=FLASH_HEAD_DIMS,
         distinct_value_dim=False,
+        conventions=RAISES_ON_ALL,
     )
 
     def attention(self, q, k, v, *, causal=True, scale=None):

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from impls.contract import (
+    RAISES_ON_ALL,
     Capabilities,
     ContractViolation,
     Implementation,
@@ -36,7 +37,7 @@ class JaxArrays:
 
     family = "jax"
     device = "cpu"
-    capabilities = Capabilities(dtypes=("float64", "float32"))
+    capabilities = Capabilities(dtypes=("float64", "float32"), conventions=RAISES_ON_ALL)
 
     def version(self) -> str:
         if importlib.util.find_spec("jax") is None:
@@ -80,7 +81,7 @@ class JaxDotProductAttention(JaxArrays, Implementation):
     # float32 only: jax.nn.dot_product_attention (jax 0.10.2, CPU) computes float64 inputs at
     # float32 precision (test_formula_at_length[jax-float64-3-full]: error 1.5e-7, relative
     # 7.6e-8, 2.1e6 times the float64 budget); jax_formula covers float64. Its API wants Dv = D.
-    capabilities = Capabilities(dtypes=("float32",), distinct_value_dim=False)
+    capabilities = Capabilities(dtypes=("float32",), distinct_value_dim=False, conventions=RAISES_ON_ALL)
 
     def attention(self, q, k, v, *, causal=True, scale=None):
         validate_inputs(q, k, v, causal=causal, scale=scale)

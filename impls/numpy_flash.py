@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from impls.contract import (
+    RAISES_ON_ALL,
     Capabilities,
     Implementation,
     NumpyArrays,
@@ -75,7 +76,7 @@ def tiled_attention(q, k, v, *, causal: bool, scale: float, with_lse: bool = Fal
 
 class NumpyFlash(NumpyArrays, Implementation):
     name = "numpy_flash"
-    capabilities = Capabilities(dtypes=("float64", "float32"))
+    capabilities = Capabilities(dtypes=("float64", "float32"), conventions=RAISES_ON_ALL)
 
     def attention(self, q, k, v, *, causal=True, scale=None):
         return self.attention_and_lse(q, k, v, causal=causal, scale=scale)[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from impls.contract import (
+    RAISES_ON_ALL,
     Capabilities,
     Implementation,
     NumpyArrays,
@@ -79,7 +80,7 @@ def reference_vjp(q, k, v, grad_out, *, causal: bool = True, scale: float | None
 
 class NumpyReference(NumpyArrays, Implementation):
     name = "numpy_reference"
-    capabilities = Capabilities(dtypes=("float64",), exposes_weights=True)
+    capabilities = Capabilities(dtypes=("float64",), exposes_weights=True, conventions=RAISES_ON_ALL)
 
     def attention(self, q, k, v, *, causal=True, scale=None):
         validate_inputs(q, k, v, causal=causal, scale=scale)

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from impls.contract import (
+    RAISES_ON_ALL,
     Capabilities,
     Implementation,
     NumpyArrays,
@@ -65,7 +66,7 @@ def future_corner(rows: int) -> np.ndarray:
 
 class NumpyVectorised(NumpyArrays, Implementation):
     name = "numpy"
-    capabilities = Capabilities(dtypes=("float64", "float32"))
+    capabilities = Capabilities(dtypes=("float64", "float32"), conventions=RAISES_ON_ALL)
 
     def attention(self, q, k, v, *, causal=True, scale=None):
         validate_inputs(q, k, v, causal=causal, scale=scale)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from impls.contract import (
+    RAISES_ON_ALL,
     DTYPES,
     Capabilities,
     ContractViolation,
@@ -83,7 +84,7 @@ def _bottom_right_mask(tq: int, tk: int, device) -> Any:
 class TorchEager(TorchArrays, Implementation):
     """The formula in torch ops, in the input's dtype; autograd-capable and exposes its weights."""
 
-    capabilities = Capabilities(dtypes=DTYPES, autograd=True, exposes_weights=True)
+    capabilities = Capabilities(dtypes=DTYPES, autograd=True, exposes_weights=True, conventions=RAISES_ON_ALL)
 
     def __init__(self, device: str = "cpu"):
         self.device = device
@@ -111,7 +112,7 @@ class TorchSdpa(TorchArrays, Implementation):
     NaN (torch 2.13, CPU: the masked -inf scores are multiplied by the zero scale).
     """
 
-    capabilities = Capabilities(dtypes=DTYPES, autograd=True)
+    capabilities = Capabilities(dtypes=DTYPES, autograd=True, conventions=RAISES_ON_ALL)
 
     def __init__(self, device: str = "cpu"):
         self.device = device

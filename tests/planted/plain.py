@@ -4,6 +4,8 @@ Implementations with numerical or masking bugs live in the zoo (``tests/zoo``)."
 
 from __future__ import annotations
 
+import numpy as np
+
 from impls.contract import validate_inputs
 from tests.zoo.formula import attend
 
@@ -25,3 +27,43 @@ def wrong_signature(q, k):
 
 
 NOT_CALLABLE = 42
+
+
+def _top_left(q, k, v, *, causal=True, scale=None):
+    """The formula with the causal mask aligned top-left (j <= i), as torch's is_causal is."""
+    scores = (q @ np.swapaxes(k, -1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if causal:
+        scores = np.where(np.tri(*scores.shape[-2:], 0, bool), scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (weights / weights.sum(axis=-1, keepdims=True) @ v).astype(q.dtype)
+
+
+def unseen_rows_garbage(q, k, v, *, causal=True, scale=None):
+    """Correct when Tq <= Tk; when Tq > Tk it answers with a top-left mask, so rows that see no
+    key get an answer that is neither zero nor NaN: silent garbage."""
+    if causal and q.shape[-2] > k.shape[-2]:
+        return _top_left(q, k, v, causal=causal, scale=scale)
+    return correct(q, k, v, causal=causal, scale=scale)
+
+
+def zeros_for_nonfinite_scale(q, k, v, *, causal=True, scale=None):
+    """Returns zeros for a NaN or infinite scale instead of raising or propagating NaN."""
+    if scale is not None and not np.isfinite(scale):
+        return np.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
+    return correct(q, k, v, causal=causal, scale=scale)
+
+
+def broadcasts_keys_wrongly(q, k, v, *, causal=True, scale=None):
+    """Broadcasts leading axes, but returns the heads in reverse order when it does: the
+    broadcast shape with wrong values."""
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        return attend(q, k, v, causal=causal, scale=scale)[..., ::-1, :, :].copy()
+    return correct(q, k, v, causal=causal, scale=scale)
+
+
+def promotes_to_a_third_dtype(q, k, v, *, causal=True, scale=None):
+    """Mixed dtypes come back as float16: a dtype neither input had."""
+    if not (q.dtype == k.dtype == v.dtype):
+        return attend(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                      causal=causal, scale=scale).astype(np.float16)
+    return correct(q, k, v, causal=causal, scale=scale)

@@ -1,0 +1,71 @@
+"""The README's five-line implementation, exactly as written there, conforms; and the
+CONTRACT-ERRORS conventions catch answers that follow none of them."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tests.suite_process import ROOT
+
+PLANTED = "tests.planted.plain"
+
+
+def readme_example() -> str:
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split(
+        "## Validate your own implementation in five lines", 1
+    )[1]
+    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+
+
+def test_the_readme_example_has_five_lines_of_code():
+    code = [line for line in readme_example().splitlines() if not line.startswith(("#", "import"))]
+    assert len(code) == 5, code
+
+
+def test_the_readme_example_conforms_as_written(suite, tmp_path):
+    (tmp_path / "mykernel.py").write_text(readme_example())
+    report_path = tmp_path / "report.json"
+    run = suite(
+        "--impl",
+        "mykernel:attention",
+        "-n",
+        "2",
+        "--report-json",
+        str(report_path),
+        env_overrides={"PYTHONPATH": str(tmp_path)},
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    (subject,) = [s for s in json.loads(report_path.read_text())["subjects"] if s["selector"]]
+    assert subject["verdict"] == "conforms"
+    assert subject["claims"]["CONTRACT-ERRORS"]["verdict"] == "met"
+    assert subject["conventions"] == {
+        "batch_axes": "broadcast",
+        "mixed_dtypes": "promote",
+        "nonfinite_scale": "nan",
+        "unseen_rows": "nan",
+    }
+
+
+def test_answers_that_follow_no_convention_fail_contract_errors(suite, tmp_path):
+    bad = {
+        "unseen_rows_garbage": "neither all zero nor all NaN",
+        "zeros_for_nonfinite_scale": "that are not NaN",
+        "broadcasts_keys_wrongly": "returned the broadcast shape with wrong values",
+        "promotes_to_a_third_dtype": "returned dtype float16, which is neither input's",
+    }
+    report_path = tmp_path / "report.json"
+    run = suite(
+        "--impl",
+        ",".join(f"{PLANTED}:{name}" for name in ["correct", *bad]),
+        "--claims",
+        "CONTRACT-ERRORS",
+        "--report-json",
+        str(report_path),
+    )
+    assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-2000:]
+    verdicts = {s["name"]: s["verdict"] for s in json.loads(report_path.read_text())["subjects"]}
+    assert verdicts[f"{PLANTED}:correct"] == "conforms"
+    for name, message in bad.items():
+        assert verdicts[f"{PLANTED}:{name}"] == "FAILS", name
+        assert message in run.stdout, name
