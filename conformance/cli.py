@@ -48,7 +48,10 @@ def command_list(options: argparse.Namespace) -> int:
             selected = split_names_or_fail(options.impl)
         except RegistryError as exc:
             return usage_error(str(exc))
-        known = {**{n: "entry point" for n in entry_point_names()}, **dict.fromkeys(BUILTINS, "built-in")}
+        known = {
+            **{n: "entry point" for n in entry_point_names()},
+            **dict.fromkeys(BUILTINS, "built-in"),
+        }
         names = [(name, known.get(name, "--impl")) for name in selected]
     else:
         names = [(name, "built-in") for name in BUILTINS]
@@ -127,7 +130,10 @@ def command_run(options: argparse.Namespace) -> int:
             split_names_or_fail(options.impl)
         except RegistryError as exc:
             return usage_error(str(exc))
-    for flag, path in (("--report-json", options.report_json), ("--report-html", options.report_html)):
+    for flag, path in (
+        ("--report-json", options.report_json),
+        ("--report-html", options.report_html),
+    ):
         problem = report_path_problem(path) if path is not None else None
         if problem:
             return usage_error(f"{flag} {path}: {problem}")

@@ -48,8 +48,9 @@ def unseen_rows_filled(got, q, k, v, *, dtype: str, scale) -> tuple[str | None, 
             f"(first: {float(unseen.flat[0])})"
         )
     # Rows from Tq - Tk on sit at the same absolute positions as a Tq = Tk call's rows.
-    comparison = compare_to_oracle(got[..., tq - tk :, :], q[..., tq - tk :, :], k, v, dtype=dtype,
-                                   scale=scale)
+    comparison = compare_to_oracle(
+        got[..., tq - tk :, :], q[..., tq - tk :, :], k, v, dtype=dtype, scale=scale
+    )
     if not comparison.ok:
         return None, f"rows {tq - tk}.. (which see keys) are wrong: {comparison.describe()}"
     return followed, ""

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from impls.contract import Implementation, causal_mask
+from impls.contract import Implementation
 from impls.dtypes import round_to
+from spec.formula import causal_mask
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from impls.contract import causal_mask
+from spec.formula import causal_mask
 
 MATH_SEED = 20170612
 SATURATION_KEYS = 128

@@ -16,8 +16,7 @@ import pytest
 
 from conformance.harness import Subject
 from conformance.isolation import FlightDeck
-from conformance.report import build_report, write_report
-from conformance.report import report_path_problem
+from conformance.report import build_report, report_path_problem, write_report
 from conformance.selection import ENV_VAR, Selected, select
 from conformance.selection import claim_patterns as selection_claim_patterns
 from conformance.verdicts import MATHEMATICS, Ledger
@@ -322,7 +321,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.when == "call" and getattr(subject, "worst_budget_fraction", None) is not None:
         report.user_properties.append(("attnspec_budget_fraction", subject.worst_budget_fraction))
     if report.when == "call" and getattr(subject, "conventions", None):
-        followed = ",".join(f"{name}={value}" for name, value in sorted(subject.conventions.items()))
+        followed = ",".join(
+            f"{name}={value}" for name, value in sorted(subject.conventions.items())
+        )
         report.user_properties.append(("attnspec_conventions", followed))
     if report.when != "call" or not report.failed or not item_claims(item):
         return report

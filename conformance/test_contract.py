@@ -145,8 +145,12 @@ def test_convention_inputs_raise_or_follow_the_convention(subject, dtype, proble
         out = subject.impl.attention(*native, causal=True, scale=scale)
     except Exception as exc:
         if not str(exc).strip():
-            fail("CONTRACT-ERRORS", subject, None, f"{described}: raised {type(exc).__name__} "
-                 "with no message")
+            fail(
+                "CONTRACT-ERRORS",
+                subject,
+                None,
+                f"{described}: raised {type(exc).__name__} with no message",
+            )
         followed, why_not = "raise", ""
     else:
         got = subject.impl.to_numpy(out).astype(np.float64)
@@ -172,13 +176,19 @@ def test_mixed_dtypes_raise_or_promote(subject):
         out = subject.impl.attention(*native, causal=True, scale=None)
     except Exception as exc:
         if not str(exc).strip():
-            fail("CONTRACT-ERRORS", subject, None, f"{described}: raised {type(exc).__name__} "
-                 "with no message")
+            fail(
+                "CONTRACT-ERRORS",
+                subject,
+                None,
+                f"{described}: raised {type(exc).__name__} with no message",
+            )
         followed, why_not = "raise", ""
     else:
         got_dtype = subject.impl.dtype_name(out)
         got = subject.impl.to_numpy(out).astype(np.float64)
-        comparison = compare_to_oracle(got, q, k, v, dtype=coarser) if got.shape == case.out_shape else None
+        comparison = (
+            compare_to_oracle(got, q, k, v, dtype=coarser) if got.shape == case.out_shape else None
+        )
         if got_dtype not in dtypes[:2]:
             followed, why_not = None, f"returned dtype {got_dtype}, which is neither input's"
         elif comparison is None:

@@ -12,9 +12,8 @@ from conformance.assertions import assert_identical, assert_matches_oracle, fail
 from conformance.harness import Case
 from conformance.probe import all_weights
 from conformance.tolerance import accumulation_dtype
-from impls.contract import causal_mask
 from impls.dtypes import DTYPES, LARGEST_FINITE, UNIT_ROUNDOFF, round_to
-from impls.numpy_reference import reference_attention
+from spec.formula import causal_mask, reference_attention
 
 MASK_CASES = [
     Case(batch=2, heads=2, tq=65, head_dim=16),

@@ -20,9 +20,14 @@ from conformance.harness import Case
 from conformance.measurements import MATH_SEED, sample_dot_products, saturation
 from conformance.probe import all_weights
 from conformance.tolerance import compare, max_error, naive_baseline_weights
-from impls.contract import causal_mask, resolve_scale
 from impls.dtypes import SMALLEST_SUBNORMAL
-from impls.numpy_reference import reference_attention, reference_scores, reference_weights
+from spec.formula import (
+    causal_mask,
+    reference_attention,
+    reference_scores,
+    reference_weights,
+    resolve_scale,
+)
 
 ANDREA_T, ANDREA_D_K, ANDREA_HEADS = 1024, 64, 12
 Z = 6.0  # sigmas: a fixed-seed sample of the right law falls outside with probability ~2e-9

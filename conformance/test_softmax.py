@@ -11,7 +11,7 @@ from conformance.harness import Case
 from conformance.probe import all_weights
 from conformance.tolerance import summation_slack
 from impls.dtypes import UNIT_ROUNDOFF, round_to
-from impls.numpy_reference import reference_attention, reference_scores
+from spec.formula import reference_attention, reference_scores
 
 WEIGHT_CASES = [
     Case(batch=2, heads=2, tq=65, head_dim=16),

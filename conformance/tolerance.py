@@ -26,9 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from impls.contract import causal_mask, resolve_scale
 from impls.dtypes import UNIT_ROUNDOFF, check_dtype, round_to
-from impls.numpy_reference import reference_attention, reference_scores
+from spec.formula import causal_mask, reference_attention, reference_scores, resolve_scale
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from impls.dtypes import DTYPES, check_dtype, numpy_storage
+from spec.formula import causal_mask, resolve_scale  # the contract's mask and scale
 
 PLAIN_SIGNATURE = "fn(q, k, v, *, causal=True, scale=None) -> numpy.ndarray"
 
@@ -246,15 +247,6 @@ def validate_inputs(q, k, v, *, causal: bool, scale: float | None) -> None:
             raise AttentionInputError(f"scale={scale!r}, but should be finite")
 
 
-def resolve_scale(scale: float | None, head_dim: int) -> float:
-    return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
-
-
-def causal_mask(tq: int, tk: int) -> np.ndarray:
-    """Boolean (Tq, Tk) mask, True where query i may see key j: j <= i + Tk - Tq."""
-    return np.tril(np.ones((tq, tk), dtype=bool), k=tk - tq)
-
-
 class PlainCallable(NumpyArrays, Implementation):
     """A plain callable with the :data:`PLAIN_SIGNATURE` contract, as an implementation."""
 
@@ -289,9 +281,9 @@ def check_plain_signature(fn: Callable, name: str) -> None:
 
 
 __all__ = [
+    "CONVENTIONS",
     "DTYPES",
     "PLAIN_SIGNATURE",
-    "CONVENTIONS",
     "RAISES_ON_ALL",
     "AttentionInputError",
     "Capabilities",

@@ -81,7 +81,9 @@ class JaxDotProductAttention(JaxArrays, Implementation):
     # float32 only: jax.nn.dot_product_attention (jax 0.10.2, CPU) computes float64 inputs at
     # float32 precision (test_formula_at_length[jax-float64-3-full]: error 1.5e-7, relative
     # 7.6e-8, 2.1e6 times the float64 budget); jax_formula covers float64. Its API wants Dv = D.
-    capabilities = Capabilities(dtypes=("float32",), distinct_value_dim=False, conventions=RAISES_ON_ALL)
+    capabilities = Capabilities(
+        dtypes=("float32",), distinct_value_dim=False, conventions=RAISES_ON_ALL
+    )
 
     def attention(self, q, k, v, *, causal=True, scale=None):
         validate_inputs(q, k, v, causal=causal, scale=scale)

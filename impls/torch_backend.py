@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from impls.contract import (
-    RAISES_ON_ALL,
     DTYPES,
+    RAISES_ON_ALL,
     Capabilities,
     ContractViolation,
     Implementation,
@@ -84,7 +84,9 @@ def _bottom_right_mask(tq: int, tk: int, device) -> Any:
 class TorchEager(TorchArrays, Implementation):
     """The formula in torch ops, in the input's dtype; autograd-capable and exposes its weights."""
 
-    capabilities = Capabilities(dtypes=DTYPES, autograd=True, exposes_weights=True, conventions=RAISES_ON_ALL)
+    capabilities = Capabilities(
+        dtypes=DTYPES, autograd=True, exposes_weights=True, conventions=RAISES_ON_ALL
+    )
 
     def __init__(self, device: str = "cpu"):
         self.device = device

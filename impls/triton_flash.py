@@ -11,7 +11,13 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from impls.contract import RAISES_ON_ALL, Capabilities, Implementation, resolve_scale, validate_inputs
+from impls.contract import (
+    RAISES_ON_ALL,
+    Capabilities,
+    Implementation,
+    resolve_scale,
+    validate_inputs,
+)
 from impls.torch_backend import TorchArrays, torch
 
 INTERPRETER_DTYPES = ("float32",)
@@ -28,7 +34,9 @@ class TritonFlash(TorchArrays, Implementation):
     def __init__(self):
         on_gpu = torch is not None and not interpreted() and torch.cuda.is_available()
         self.device = "cuda" if on_gpu else "cpu"
-        self.capabilities = Capabilities(dtypes=GPU_DTYPES if on_gpu else INTERPRETER_DTYPES, conventions=RAISES_ON_ALL)
+        self.capabilities = Capabilities(
+            dtypes=GPU_DTYPES if on_gpu else INTERPRETER_DTYPES, conventions=RAISES_ON_ALL
+        )
 
     def version(self) -> str:
         if importlib.util.find_spec("triton") is None:

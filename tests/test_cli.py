@@ -157,12 +157,12 @@ def test_demo_reproduces_the_documents_numbers():
 
 # --- what a newcomer types first ----------------------------------------------------------------
 
-KERNEL_FILE = '''
+KERNEL_FILE = """
 import numpy as np
 
 def attention(q, k, v, *, causal=True, scale=None):
     return q
-'''
+"""
 
 
 def test_every_subcommand_finds_a_kernel_file_in_the_current_directory(tmp_path):
@@ -212,7 +212,8 @@ def test_run_usage_errors_exit_2_before_any_test_runs(args, message):
     run = attnspec("run", *args)
     assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
     assert message in run.stderr
-    assert "passed" not in run.stdout and "Traceback" not in run.stderr
+    assert "passed" not in run.stdout
+    assert "Traceback" not in run.stderr
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 from conformance.tolerance import compare_to_oracle
 from impls.cuda_kernels import FLASH_HEAD_DIMS
 from impls.dtypes import round_to
-from impls.numpy_reference import reference_log_sum_exp
+from spec.formula import reference_log_sum_exp
 from tests import cuda_emulation
 
 # (Tq, Tk, causal, scale): one row; partial query blocks and key tiles; Tq < Tk bottom-right;

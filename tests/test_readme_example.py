@@ -12,9 +12,11 @@ PLANTED = "tests.planted.plain"
 
 
 def readme_example() -> str:
-    section = (ROOT / "README.md").read_text(encoding="utf-8").split(
-        "## Validate your own implementation in five lines", 1
-    )[1]
+    section = (
+        (ROOT / "README.md")
+        .read_text(encoding="utf-8")
+        .split("## Validate your own implementation in five lines", 1)[1]
+    )
     return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
 
 

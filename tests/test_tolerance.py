@@ -7,7 +7,7 @@ import pytest
 
 from conformance.tolerance import BUDGETS, compare, max_error, naive_baseline
 from impls.dtypes import DTYPES, UNIT_ROUNDOFF, round_to
-from impls.numpy_reference import reference_attention, reference_vjp
+from spec.formula import reference_attention, reference_vjp
 
 
 def test_every_dtype_has_a_budget_with_a_reason():

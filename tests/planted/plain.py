@@ -64,6 +64,11 @@ def broadcasts_keys_wrongly(q, k, v, *, causal=True, scale=None):
 def promotes_to_a_third_dtype(q, k, v, *, causal=True, scale=None):
     """Mixed dtypes come back as float16: a dtype neither input had."""
     if not (q.dtype == k.dtype == v.dtype):
-        return attend(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
-                      causal=causal, scale=scale).astype(np.float16)
+        return attend(
+            q.astype(np.float64),
+            k.astype(np.float64),
+            v.astype(np.float64),
+            causal=causal,
+            scale=scale,
+        ).astype(np.float16)
     return correct(q, k, v, causal=causal, scale=scale)
