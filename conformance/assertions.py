@@ -14,6 +14,7 @@ import pytest
 
 from conformance.harness import Case, Subject
 from conformance.tolerance import Comparison, compare_to_oracle
+from conformance.workers import ImplementationRaised
 from impls.contract import CONVENTIONS
 
 
@@ -66,9 +67,9 @@ def assert_raises_clearly(claim: str, subject: Subject, case: Case, problem: str
     __tracebackhide__ = True
     try:
         out = call()
-    except Exception as exc:
-        if not str(exc).strip():
-            fail(claim, subject, case, f"{problem}: raised {type(exc).__name__} with no message")
+    except ImplementationRaised as exc:
+        if not exc.message.strip():
+            fail(claim, subject, case, f"{problem}: raised {exc.type_name} with no message")
         return
     fail(
         claim,

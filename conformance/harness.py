@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from impls.contract import Implementation
+from conformance.workers import ImplementationBroke, ImplementationClient
 from impls.dtypes import round_to
 from spec.formula import causal_mask
 
@@ -86,7 +86,7 @@ def random_stream(seed: int, test_id: str) -> np.random.Generator:
 class Subject:
     """An implementation under test, bound to one test's random stream and reproducer."""
 
-    impl: Implementation
+    impl: ImplementationClient
     selector: str  # what to pass to --impl to select it again
     seed: int
     test_id: str
@@ -167,8 +167,14 @@ class Subject:
         return self.impl.attention(nq, nk, nv, causal=case.causal, scale=case.scale)
 
     def call(self, case: Case, q, k, v) -> np.ndarray:
-        """The implementation's output as a float64 NumPy array."""
-        return self.impl.to_numpy(self.call_native(case, q, k, v)).astype(np.float64)
+        """The implementation's output as a float64 NumPy array of the case's output shape."""
+        out = self.impl.to_numpy(self.call_native(case, q, k, v))
+        if out.shape != case.out_shape:
+            raise ImplementationBroke(
+                f"{self.name} returned shape {out.shape}, but should return {case.out_shape} "
+                f"[{case.describe()}]"
+            )
+        return out.astype(np.float64)
 
     def reproducer(self, case: Case | None = None) -> str:
         line = (

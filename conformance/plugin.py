@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import json
 import os
 import platform
 from pathlib import Path
@@ -15,19 +16,25 @@ from pathlib import Path
 import pytest
 
 from conformance.harness import Subject
-from conformance.isolation import FlightDeck
+from conformance.preflight import preflight_failure
 from conformance.report import build_report, report_path_problem, write_report
 from conformance.selection import ENV_VAR, Selected, select
 from conformance.selection import claim_patterns as selection_claim_patterns
 from conformance.verdicts import MATHEMATICS, Ledger
+from conformance.workers import (
+    DEFAULT_CALL_TIMEOUT,
+    ImplementationBroke,
+    ImplementationDied,
+    ImplementationRaised,
+)
 from impls.registry import RegistryError
 from spec.catalogue import load_catalogue
 
 CONFORMANCE_DIR = Path(__file__).parent
 SELECTION_KEY = pytest.StashKey[list]()
 LEDGER_KEY = pytest.StashKey[Ledger]()
-FLIGHT_DECK_KEY = pytest.StashKey[FlightDeck]()
-FLIGHT_DECK_INPUT = "attnspec_flight_deck"
+BROKEN_KEY = pytest.StashKey[dict]()  # implementation name -> its preflight failure
+DESCRIPTIONS_INPUT = "attnspec_descriptions"  # the controller's descriptions, for xdist workers
 DEFAULT_SEED = 20261129
 REPORTED_ENV = (
     ENV_VAR,
@@ -102,6 +109,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"seed of every test's random inputs. Default: $ATTNSPEC_SEED, else {DEFAULT_SEED}.",
     )
     group.addoption(
+        "--call-timeout",
+        type=call_timeout_value,
+        default=None,
+        metavar="SECONDS",
+        help="deadline of one call of an implementation: past it, its worker is killed and the "
+        "test fails as a hang. Default: what the implementation declares (call_timeout), else "
+        f"{DEFAULT_CALL_TIMEOUT:g}.",
+    )
+    group.addoption(
+        "--in-process",
+        action="store_true",
+        default=False,
+        help="run implementations in the judge's own process, for pdb and profilers: a crash, "
+        "a hang or a patched module can then lose or change the verdict. Default: a worker "
+        "process per implementation.",
+    )
+    group.addoption(
         "--report-json",
         type=Path,
         default=None,
@@ -119,15 +143,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def call_timeout_value(text: str) -> float:
+    """The ``--call-timeout`` parser: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}, but should be a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value:g}, but should be > 0 seconds")
+    return value
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "claim(*ids): the catalogue claim(s) a conformance test checks"
     )
-    try:
-        selection = select(config.getoption("impl"))
-    except RegistryError as exc:
-        raise pytest.UsageError(f"attnspec: {exc}") from None
-    config.stash[SELECTION_KEY] = selection
     claim_patterns(config)  # a bad pattern is a usage error before any worker starts
     for option in ("report_json", "report_html"):
         path = config.getoption(option)
@@ -136,18 +166,48 @@ def pytest_configure(config: pytest.Config) -> None:
             flag = "--" + option.replace("_", "-")
             raise pytest.UsageError(f"attnspec: {flag} {path}: {problem}")
     run_seed(config)
-    config.stash[LEDGER_KEY] = Ledger(load_catalogue(), [s.impl.name for s in selection])
     worker_input = getattr(config, "workerinput", None)
+    described = worker_input.get(DESCRIPTIONS_INPUT) if worker_input else None
+    try:
+        selection = select(
+            config.getoption("impl"),
+            in_process=config.getoption("in_process"),
+            call_timeout=config.getoption("call_timeout"),
+            descriptions=json.loads(described) if described else None,
+        )
+    except RegistryError as exc:
+        raise pytest.UsageError(f"attnspec: {exc}") from None
+    config.stash[SELECTION_KEY] = selection
+    config.stash[BROKEN_KEY] = {}
+    config.stash[LEDGER_KEY] = Ledger(load_catalogue(), [s.impl.name for s in selection])
     if worker_input is None:  # a plain run, or the xdist controller: it gathers the verdicts
         config.pluginmanager.register(VerdictRecorder(config), "attnspec-verdicts")
         if _distributed(config):
-            config.stash[FLIGHT_DECK_KEY] = FlightDeck()
-            config.pluginmanager.register(CrashReporter(config), "attnspec-crashes")
-    elif FLIGHT_DECK_INPUT in worker_input:
-        config.stash[FLIGHT_DECK_KEY] = FlightDeck(worker_input[FLIGHT_DECK_INPUT])
-        config.pluginmanager.register(FlightRecorder(config), "attnspec-flight-recorder")
+            # The controller calls no implementation: its xdist workers start their own.
+            for item in selection:
+                item.impl.channel.close()
+            config.pluginmanager.register(DescriptionSharer(config), "attnspec-descriptions")
     if settings is not None and not config.getoption("hypothesis_profile", None):
         settings.load_profile("ci")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for item in config.stash.get(SELECTION_KEY, []):
+        item.impl.close()
+
+
+class DescriptionSharer:
+    """On the xdist controller: hands each worker what the implementations declared, so that
+    workers start an implementation's process only when they call it."""
+
+    def __init__(self, config: pytest.Config):
+        self.descriptions = json.dumps(
+            {s.selector: s.impl.description for s in config.stash[SELECTION_KEY]}
+        )
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput[DESCRIPTIONS_INPUT] = self.descriptions
 
 
 def claim_patterns(config: pytest.Config) -> list[str]:
@@ -192,6 +252,21 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             f"attnspec: hypothesis profile {settings._current_profile}, "
             + (f"--hypothesis-seed {seed}" if seed is not None else "no --hypothesis-seed")
         )
+    if config.getoption("in_process"):
+        lines.append(
+            "attnspec: implementations run IN THE JUDGE'S PROCESS (--in-process): a crash, hang "
+            "or patched module can lose or change the verdict"
+        )
+    else:
+        timeout = config.getoption("call_timeout")
+        lines.append(
+            "attnspec: each implementation runs in a worker process of its own; call deadline "
+            + (
+                f"{timeout:g} s (--call-timeout)"
+                if timeout
+                else f"as each declares, else {DEFAULT_CALL_TIMEOUT:g} s"
+            )
+        )
     for item in config.stash[SELECTION_KEY]:
         impl = item.impl
         status = f"SKIPPED: {item.skip_reason}" if item.skip_reason else "runs"
@@ -228,10 +303,12 @@ def impl(request: pytest.FixtureRequest):
     selected: Selected = request.param
     if selected.skip_reason:
         pytest.skip(selected.skip_reason)
-    deck = request.config.stash.get(FLIGHT_DECK_KEY, None)
-    crash = deck.crash_of(selected.impl.name) if deck else None
-    if crash:
-        pytest.skip(f"not called again after it crashed in {crash['nodeid']}: {crash['cause']}")
+    if selected.impl.crashed:
+        pytest.skip(f"{selected.impl.name} {selected.impl.crashed}")
+    broken = request.config.stash[BROKEN_KEY].get(selected.impl.name)
+    if broken:
+        pytest.fail(broken, pytrace=False)
+    selected.impl.take_output()  # what it printed before this test is not this test's
     return selected
 
 
@@ -287,6 +364,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "attnspec: badly marked conformance tests:\n  " + "\n  ".join(problems)
         )
 
+    fold_broken_implementations(config, items)
     patterns = claim_patterns(config)
     if patterns:
         keep, drop = [], []
@@ -297,6 +375,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
+
+
+def fold_broken_implementations(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """An implementation whose first call breaks the contract (returns a list, None, a wrong
+    shape) would fail every test the same way: it fails one test per claim, saying so once, and
+    its other tests are deselected. The first call is the same in every process, so serial and
+    parallel runs agree."""
+    broken: dict[str, str] = config.stash[BROKEN_KEY]
+    for selected in config.stash[SELECTION_KEY]:
+        if selected.skip_reason:
+            continue
+        failure = preflight_failure(selected.impl)
+        if failure:
+            broken[selected.impl.name] = failure
+    if not broken:
+        return
+    keep, drop, claims_kept = [], [], set()
+    for item in items:
+        name = item.callspec.params["impl"].impl.name if _has_impl(item) else None
+        if name not in broken:
+            keep.append(item)
+            continue
+        new_claims = {(name, c) for c in item_claims(item)} - claims_kept
+        if new_claims:
+            claims_kept |= new_claims
+            keep.append(item)
+        else:
+            drop.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def _distributed(config: pytest.Config) -> bool:
@@ -318,6 +427,25 @@ def _property(report: pytest.TestReport, key: str) -> str | None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report: pytest.TestReport = yield
     subject = getattr(item, "funcargs", {}).get("subject")
+    selected = item.callspec.params.get("impl") if _has_impl(item) else None
+    if report.when == "call" and selected is not None and not isinstance(selected, str):
+        output = selected.impl.take_output()
+        if output and report.failed:
+            report.sections.append(
+                (f"output of {selected.impl.name} (its worker's stdout and stderr)", output)
+            )
+    if call.excinfo is not None and isinstance(
+        call.excinfo.value, ImplementationRaised | ImplementationBroke | ImplementationDied
+    ):
+        # The implementation's failure, not the judge's: its words and how to reproduce them,
+        # without the judge's frames.
+        error = call.excinfo.value
+        text = str(error)
+        if isinstance(error, ImplementationRaised) and error.trace:
+            text += "\n" + error.trace.rstrip()
+        if subject is not None:
+            text += f"\nreproduce: {subject.reproducer()}"
+        report.longrepr = text
     if report.when == "call" and getattr(subject, "worst_budget_fraction", None) is not None:
         report.user_properties.append(("attnspec_budget_fraction", subject.worst_budget_fraction))
     if report.when == "call" and getattr(subject, "conventions", None):
@@ -410,52 +538,3 @@ class VerdictRecorder:
                 "(exit status 5)",
                 red=True,
             )
-
-
-class FlightRecorder:
-    """On an xdist worker: notes which test, implementation and claims are running, so that the
-    controller can name them if this process dies (see :mod:`conformance.isolation`)."""
-
-    def __init__(self, config: pytest.Config):
-        self.deck: FlightDeck = config.stash[FLIGHT_DECK_KEY]
-        self.worker = config.workerinput["workerid"]
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item):
-        subject = next((v for k, v in item.user_properties if k == "attnspec_subject"), None)
-        if subject is None:
-            return (yield)
-        self.deck.take_off(self.worker, item.nodeid, subject, item_claims(item))
-        try:
-            return (yield)
-        finally:
-            self.deck.land(self.worker)
-
-
-class CrashReporter:
-    """On the xdist controller: turns a dead worker into a failure of the claims its
-    implementation was being tested on, with the cause, and shares the news with the workers."""
-
-    def __init__(self, config: pytest.Config):
-        self.config = config
-        self.deck: FlightDeck = config.stash[FLIGHT_DECK_KEY]
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_configure_node(self, node) -> None:
-        node.workerinput[FLIGHT_DECK_INPUT] = str(self.deck.directory)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched) -> None:
-        worker = report.node.gateway.id
-        record = self.deck.last_flight(worker)
-        if record is None or record.nodeid != crashitem:
-            return  # died outside an implementation's call: xdist's own report stands
-        cause = record.cause(self.config.getoption("timeout", None))
-        self.deck.mark_crashed(record, cause)
-        self.deck.land(worker)
-        report.longrepr = f"{report.longrepr}: {cause}"
-        report.user_properties = [
-            ("attnspec_subject", record.subject),
-            ("attnspec_claims", ",".join(record.claims)),
-        ]
-        report.when = "call"

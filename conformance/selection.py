@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from impls.contract import Implementation
-from impls.registry import BUILTINS, RegistryError, resolve
+from conformance.workers import ImplementationClient, open_clients
+from impls.registry import BUILTINS, RegistryError
 
 ENV_VAR = "ATTNSPEC_IMPL"
 
@@ -15,7 +15,7 @@ ENV_VAR = "ATTNSPEC_IMPL"
 class Selected:
     """An implementation chosen for this run, with the text that selects it again."""
 
-    impl: Implementation
+    impl: ImplementationClient
     selector: str
 
     @property
@@ -51,8 +51,16 @@ def claim_patterns(option_values: list[str] | None) -> list[str]:
     return [pattern.upper() for pattern in split_names(option_values)]
 
 
-def select(option_values: list[str] | None, environ=os.environ) -> list[Selected]:
-    """The selection: ``--impl`` wins, then ``$ATTNSPEC_IMPL``, then every built-in.
+def select(
+    option_values: list[str] | None,
+    environ=os.environ,
+    *,
+    in_process: bool = False,
+    call_timeout: float | None = None,
+    descriptions: dict[str, dict] | None = None,
+) -> list[Selected]:
+    """The selection: ``--impl`` wins, then ``$ATTNSPEC_IMPL``, then every built-in, each
+    implementation behind a client of its own worker (see :mod:`conformance.workers`).
 
     Raises :class:`impls.registry.RegistryError` for a name that resolves to nothing.
     """
@@ -60,10 +68,15 @@ def select(option_values: list[str] | None, environ=os.environ) -> list[Selected
         names = split_names_or_fail(option_values)
     else:
         names = split_names([environ.get(ENV_VAR, "")]) or list(BUILTINS)
-    selected = [Selected(resolve(name), name) for name in names]
+    clients = open_clients(
+        names, in_process=in_process, call_timeout=call_timeout, descriptions=descriptions
+    )
+    selected = [Selected(client, name) for client, name in zip(clients, names, strict=True)]
     seen: dict[str, str] = {}
     for item in selected:
         if item.impl.name in seen:
+            for client in clients:
+                client.close()
             raise RegistryError(
                 f"{item.selector!r} and {seen[item.impl.name]!r} both name an implementation "
                 f"called {item.impl.name!r}; test ids would collide"

@@ -17,6 +17,7 @@ from conformance.assertions import (
 from conformance.conventions import FOLLOWS
 from conformance.harness import Case
 from conformance.tolerance import compare_to_oracle
+from conformance.workers import ImplementationRaised
 from impls.dtypes import UNIT_ROUNDOFF, round_to
 
 
@@ -32,7 +33,6 @@ from impls.dtypes import UNIT_ROUNDOFF, round_to
 def test_output_dtype_shape_device(subject, dtype, case):
     case = subject.fit(case.with_(dtype=dtype))
     q, k, v = subject.inputs(case)
-    native_q = subject.to_native(case, q)[0]
     out = subject.call_native(case, q, k, v)
     got_dtype = subject.impl.dtype_name(out)
     assert_equal("CONTRACT-DTYPE", subject, case, "out.dtype", got_dtype, dtype)
@@ -43,7 +43,7 @@ def test_output_dtype_shape_device(subject, dtype, case):
         case,
         "out.device",
         subject.impl.device_of(out),
-        subject.impl.device_of(native_q),
+        out.input_device,
     )
 
 
@@ -143,13 +143,13 @@ def test_convention_inputs_raise_or_follow_the_convention(subject, dtype, proble
     native = subject.to_native(case, q, k, v)
     try:
         out = subject.impl.attention(*native, causal=True, scale=scale)
-    except Exception as exc:
-        if not str(exc).strip():
+    except ImplementationRaised as exc:
+        if not exc.message.strip():
             fail(
                 "CONTRACT-ERRORS",
                 subject,
                 None,
-                f"{described}: raised {type(exc).__name__} with no message",
+                f"{described}: raised {exc.type_name} with no message",
             )
         followed, why_not = "raise", ""
     else:
@@ -174,13 +174,13 @@ def test_mixed_dtypes_raise_or_promote(subject):
     described = f"mixed dtypes (q {dtypes[0]}, k {dtypes[1]}, v {dtypes[0]})"
     try:
         out = subject.impl.attention(*native, causal=True, scale=None)
-    except Exception as exc:
-        if not str(exc).strip():
+    except ImplementationRaised as exc:
+        if not exc.message.strip():
             fail(
                 "CONTRACT-ERRORS",
                 subject,
                 None,
-                f"{described}: raised {type(exc).__name__} with no message",
+                f"{described}: raised {exc.type_name} with no message",
             )
         followed, why_not = "raise", ""
     else:

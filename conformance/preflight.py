@@ -1,0 +1,45 @@
+"""The first call of an implementation: does what it returns meet the contract at all?
+
+A kernel that returns a list, None or a wrong shape would fail every test the same way, and
+hundreds of identical failures hide the one sentence that matters. The suite calls each
+implementation once, before its tests, on one small case; if the answer breaks the contract, it
+says so once (see ``fold_broken_implementations`` in :mod:`conformance.plugin`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.workers import (
+    ImplementationBroke,
+    ImplementationClient,
+    ImplementationDied,
+    ImplementationRaised,
+)
+
+PREFLIGHT_SHAPE = (1, 2, 16, 16)  # (B, H, T, D)
+
+
+def preflight_failure(client: ImplementationClient) -> str | None:
+    """Why the implementation's first call breaks the contract, or None when it does not (or
+    when it raises or dies: those are judged test by test)."""
+    caps = client.capabilities
+    head_dim = PREFLIGHT_SHAPE[-1]
+    if caps.head_dims is not None and head_dim not in caps.head_dims:
+        head_dim = min(caps.head_dims)
+    shape = (*PREFLIGHT_SHAPE[:-1], head_dim)
+    dtype = caps.dtypes[0]
+    inputs = [client.from_numpy(np.zeros(shape), dtype) for _ in range(3)]
+    described = f"q, k, v of shape {shape} and dtype {dtype}, causal=True"
+    try:
+        out = client.attention(*inputs, causal=True, scale=None)
+    except ImplementationBroke as exc:
+        return f"{exc} (its first call: {described}); not judged further"
+    except (ImplementationRaised, ImplementationDied):
+        return None
+    if out.shape != shape:
+        return (
+            f"{client.name} returned shape {out.shape} at its first call ({described}), but "
+            f"should return {shape}; not judged further"
+        )
+    return None

@@ -1,0 +1,437 @@
+"""The judge's side of the line: each implementation runs in a worker process of its own.
+
+:class:`ImplementationClient` stands where an :class:`impls.contract.Implementation` stood: it
+declares the same things (name, family, device, capabilities) and takes the same calls, but
+every call crosses into the implementation's worker (:mod:`impls.worker`) and comes back as
+plain data. Nothing the implementation does in there - raise, print, patch a module, crash, hang
+- reaches the judge: a raise comes back as :class:`ImplementationRaised`, a result that breaks
+the contract as :class:`ImplementationBroke`, a death or a hang as :class:`ImplementationDied`
+(the worker is started afresh for the next call; after :data:`CRASHES_BEFORE_GIVING_UP` deaths in
+a row the implementation is not called again).
+
+Why the standard library and not loky or pebble: the suite must run from a plain checkout with
+nothing but numpy, pytest and hypothesis (a GPU runner with no network), and one worker per
+implementation, started with its own interpreter (never forked: a CUDA context and threads must
+not be inherited), with a deadline per call, is a few dozen lines of ``subprocess``.
+
+``--in-process`` keeps the same client over an in-process channel, for pdb and profilers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import impls
+from impls.contract import Capabilities
+from impls.worker import describe, handle, recv_message, send_message
+
+DEFAULT_CALL_TIMEOUT = 120.0  # seconds; an implementation may declare its own (call_timeout)
+START_TIMEOUT = 300.0  # resolving a selector may import a large library and compile
+CRASHES_BEFORE_GIVING_UP = 3
+OUTPUT_SHOWN = 4000  # characters of an implementation's output shown with a failure
+
+
+class ImplementationRaised(Exception):
+    """The implementation raised (anything, BaseExceptions included) inside its call."""
+
+    def __init__(self, name: str, op: str, type_name: str, message: str, trace: str = ""):
+        self.type_name, self.message, self.trace = type_name, message, trace
+        super().__init__(f"{name} raised {type_name}: {message}" + (f" (in {op})" if op else ""))
+
+
+class ImplementationBroke(Exception):
+    """What the implementation returned (or how it took its inputs) breaks the contract."""
+
+
+class ImplementationDied(Exception):
+    """The implementation's worker died during a call, or did not return before the deadline."""
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A test input on its way to the implementation: float64 values exact in ``dtype``."""
+
+    array: np.ndarray
+    dtype: str
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.array.shape
+
+
+@dataclass(frozen=True)
+class Returned:
+    """What came back: the array, and the dtype and device the implementation reported."""
+
+    array: np.ndarray
+    dtype: str
+    device: str
+    input_device: str
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.array.shape
+
+
+def exit_cause(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        described = {"SIGSEGV": "a segfault", "SIGABRT": "an abort", "SIGKILL": "killed"}
+        return f"killed by {name}" + (f" ({described[name]})" if name in described else "")
+    return f"exited with status {returncode} (os._exit, exit() or a fatal error in native code)"
+
+
+class OutputTail:
+    """What a worker printed (its stdout and stderr share one file), read back in pieces."""
+
+    def __init__(self) -> None:
+        handle_, name = tempfile.mkstemp(prefix="attnspec-worker-", suffix=".out")
+        os.close(handle_)
+        self.path = Path(name)
+        self.offset = 0
+        self.pending: list[str] = []
+
+    def sink(self):
+        return open(self.path, "ab")  # append mode: the worker's writes always land at the end
+
+    def collect(self) -> None:
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return
+        if size <= self.offset:
+            return
+        with open(self.path, "rb") as file:
+            file.seek(self.offset)
+            head = file.read(OUTPUT_SHOWN // 2)
+            if size - self.offset > OUTPUT_SHOWN:
+                file.seek(size - OUTPUT_SHOWN // 2)
+                tail = file.read(OUTPUT_SHOWN // 2)
+                middle = (
+                    f"\n[... {size - self.offset - len(head) - len(tail)} bytes not shown ...]\n"
+                )
+                text = head.decode(errors="replace") + middle + tail.decode(errors="replace")
+            else:
+                text = head.decode(errors="replace")
+        self.offset = size
+        self.pending.append(text)
+        if size > 64 << 20:  # keep the disk use of a chatty implementation bounded
+            os.truncate(self.path, 0)
+            self.offset = 0
+
+    def take(self) -> str:
+        self.collect()
+        text, self.pending = "".join(self.pending), []
+        return text
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+class ProcessChannel:
+    """A worker process serving one selector; started again after it dies."""
+
+    def __init__(self, selector: str):
+        self.selector = selector
+        self.output = OutputTail()
+        self.process: subprocess.Popen | None = None
+        self.conn: Connection | None = None
+
+    def start(self) -> None:
+        judge_end, worker_end = socket.socketpair()
+        here = str(Path(impls.__file__).resolve().parent.parent)
+        paths = [os.getcwd() if p == "" else p for p in sys.path]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
+        with self.output.sink() as sink:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "impls.worker",
+                    str(worker_end.fileno()),
+                    json.dumps(paths),
+                    self.selector,
+                ],
+                pass_fds=(worker_end.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        worker_end.close()
+        self.conn = Connection(judge_end.detach())
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def request(self, message: Any, timeout: float) -> Any:
+        """The worker's reply to ``message``; ImplementationDied when it dies or runs past
+        ``timeout`` seconds (it is then killed)."""
+        try:
+            if message is not None:
+                send_message(self.conn, message)
+            if not self.conn.poll(timeout):
+                self.kill()
+                raise TimeoutError
+            return recv_message(self.conn)
+        except (EOFError, OSError):
+            returncode = self.process.wait(timeout=30)
+            self.conn.close()
+            self.process = None
+            raise ChildProcessError(exit_cause(returncode)) from None
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.conn.close()
+            self.process = None
+
+    def close(self) -> None:
+        if self.alive():
+            try:
+                send_message(self.conn, ("close",))
+                self.process.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+        self.output.collect()
+
+
+class InProcessChannel:
+    """The same requests, answered in the judge's own process (``--in-process``): for pdb and
+    profilers, with none of the protection."""
+
+    def __init__(self, selector: str):
+        from impls.registry import resolve
+
+        self.selector = selector
+        self.impl = resolve(selector)
+
+    def describe(self) -> dict:
+        return describe(self.impl)
+
+    def handle(self, request: tuple) -> Any:
+        return handle(self.impl, *request)
+
+    def close(self) -> None:
+        pass
+
+
+def capabilities_from(data: dict) -> Capabilities:
+    return Capabilities(
+        **{
+            key: tuple(tuple(v) if isinstance(v, list) else v for v in value)
+            if isinstance(value, list)
+            else value
+            for key, value in data.items()
+        }
+    )
+
+
+class ImplementationClient:
+    """An implementation under test, seen from the judge. See the module docstring."""
+
+    def __init__(
+        self,
+        selector: str,
+        description: dict,
+        channel: ProcessChannel | InProcessChannel,
+        call_timeout: float | None = None,
+    ):
+        self.selector = selector
+        self.description = description
+        self.channel = channel
+        self.name: str = description["name"]
+        self.family: str = description["family"]
+        self.device: str = description["device"]
+        self.capabilities = capabilities_from(description["capabilities"])
+        self.call_timeout = call_timeout or description["call_timeout"] or DEFAULT_CALL_TIMEOUT
+        self.deaths_in_a_row = 0
+        self.crashed: str | None = None  # why it is not called again, once it crashed too often
+
+    @property
+    def in_process(self) -> bool:
+        return isinstance(self.channel, InProcessChannel)
+
+    def version(self) -> str:
+        return self.description["version"]
+
+    def unavailable_reason(self) -> str | None:
+        return self.description["unavailable_reason"]
+
+    # --- the Implementation interface, over the line ----------------------------------------
+
+    def from_numpy(self, array: np.ndarray, dtype: str) -> Sent:
+        return Sent(np.asarray(array, np.float64), dtype)
+
+    def to_numpy(self, native: Returned) -> np.ndarray:
+        return native.array
+
+    def dtype_name(self, native: Returned) -> str:
+        return native.dtype
+
+    def device_of(self, native: Returned) -> str:
+        return native.device
+
+    def attention(self, q, k, v, *, causal: bool = True, scale: float | None = None) -> Returned:
+        return self.request("attention", [q, k, v], causal=causal, scale=scale)
+
+    def attention_weights(self, q, k, *, causal: bool = True, scale: float | None = None):
+        return self.request("attention_weights", [q, k], causal=causal, scale=scale)
+
+    def vjp(self, q, k, v, grad_out, *, causal: bool = True, scale: float | None = None):
+        return self.request("vjp", [q, k, v, grad_out], causal=causal, scale=scale)
+
+    # --- the line itself ---------------------------------------------------------------------
+
+    def request(self, op: str, arrays: list[Sent], **kwargs):
+        message = (op, [(a.array, a.dtype) for a in arrays], kwargs)
+        reply = self.channel.handle(message) if self.in_process else self.remote(op, message)
+        return self.unpack(op, reply)
+
+    def remote(self, op: str, message: tuple):
+        if self.crashed:
+            raise ImplementationDied(self.crashed)
+        channel: ProcessChannel = self.channel
+        if not channel.alive():
+            self.start_worker()
+        started = time.monotonic()
+        try:
+            reply = channel.request(message, self.call_timeout)
+        except TimeoutError:
+            self.died(
+                f"{self.name} did not return from {op}() within {self.call_timeout:g} s: it hangs "
+                "(its worker was killed; the next call starts a fresh one)"
+            )
+        except ChildProcessError as exc:
+            self.died(
+                f"{self.name} ended its worker process {time.monotonic() - started:.1f} s into "
+                f"{op}(): {exc}"
+            )
+        self.deaths_in_a_row = 0
+        return reply
+
+    def start_worker(self) -> None:
+        channel: ProcessChannel = self.channel
+        channel.start()
+        try:
+            reply = channel.request(None, START_TIMEOUT)
+        except TimeoutError:
+            self.died(f"{self.name}'s worker did not start within {START_TIMEOUT:g} s")
+        except ChildProcessError as exc:
+            self.died(f"{self.name}'s worker died while starting: {exc}")
+        if reply[0] != "ready" or reply[1]["name"] != self.name:
+            channel.kill()
+            self.died(f"{self.name}'s worker started as something else this time: {reply}")
+
+    def died(self, cause: str):
+        self.deaths_in_a_row += 1
+        if self.deaths_in_a_row >= CRASHES_BEFORE_GIVING_UP:
+            self.crashed = (
+                f"not called again after its worker died {self.deaths_in_a_row} times in a row; "
+                f"last: {cause}"
+            )
+        raise ImplementationDied(cause)
+
+    def unpack(self, op: str, reply: tuple):
+        kind = reply[0]
+        if kind == "raised":
+            _, type_name, message, trace = reply
+            raise ImplementationRaised(self.name, op, type_name, message, trace)
+        if kind == "broke":
+            raise ImplementationBroke(f"{self.name} broke the contract in {op}(): {reply[1]}")
+        data = reply[1]
+
+        def one(r: dict) -> Returned:
+            return Returned(r["array"], r["dtype"], r["device"], data["input_device"])
+
+        result = data["result"]
+        return tuple(one(r) for r in result) if isinstance(result, list) else one(result)
+
+    def take_output(self) -> str:
+        """What the implementation printed since the last call of this, truncated."""
+        if self.in_process:
+            return ""
+        return self.channel.output.take()
+
+    def close(self) -> None:
+        self.channel.close()
+        if not self.in_process:
+            self.channel.output.remove()
+
+    def __repr__(self) -> str:
+        where = "in-process" if self.in_process else "worker"
+        return f"<ImplementationClient {self.name} ({self.family}, {self.device}, {where})>"
+
+
+def open_clients(
+    selectors: list[str],
+    *,
+    in_process: bool = False,
+    call_timeout: float | None = None,
+    descriptions: dict[str, dict] | None = None,
+) -> list[ImplementationClient]:
+    """A client per selector, each described by its own worker (started side by side; each
+    stays up to serve calls, unless the implementation cannot run here). ``descriptions``, when
+    given (an xdist worker gets its controller's), spares the describing. Raises
+    :class:`impls.registry.RegistryError` for a selector that resolves to nothing."""
+    from impls.registry import RegistryError
+
+    if in_process:
+        channels = {s: InProcessChannel(s) for s in selectors}
+        return [
+            ImplementationClient(s, channels[s].describe(), channels[s], call_timeout)
+            for s in selectors
+        ]
+    channels = {s: ProcessChannel(s) for s in selectors}
+    if descriptions is not None:
+        return [
+            ImplementationClient(s, descriptions[s], channels[s], call_timeout) for s in selectors
+        ]
+    for channel in channels.values():
+        channel.start()
+    clients, errors = [], []
+    for selector, channel in channels.items():
+        try:
+            reply = channel.request(None, START_TIMEOUT)
+        except TimeoutError:
+            errors.append(f"{selector!r}: did not resolve within {START_TIMEOUT:g} s")
+            continue
+        except ChildProcessError as exc:
+            output = channel.output.take().strip()
+            errors.append(
+                f"{selector!r}: its worker died while resolving it ({exc})"
+                + (f"; it printed: {output[-1000:]}" if output else "")
+            )
+            continue
+        if reply[0] == "registry-error":
+            channel.close()
+            errors.append(reply[1])
+            continue
+        client = ImplementationClient(selector, reply[1], channel, call_timeout)
+        if client.unavailable_reason():
+            channel.close()
+        clients.append(client)
+    if errors:
+        for client in clients:
+            client.close()
+        raise RegistryError("; ".join(errors))
+    return clients

@@ -1,0 +1,141 @@
+"""The implementation's side of the line: a process that resolves one selector and serves calls.
+
+The judge (``conformance/``) never imports an implementation's module. It starts this module as
+a process of its own (``python -m impls.worker FD PATHS``), which resolves the selector, says what
+the implementation declares, and then answers requests: NumPy arrays in, NumPy arrays out, with
+everything the contract does on native arrays (conversion, the call, autograd) done here. Whatever
+the implementation raises, prints or patches stays in this process; a crash or a hang ends it and
+nothing else.
+
+Messages are pickled with protocol 5, NumPy arrays as out-of-band buffers (one copy each way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import faulthandler
+import json
+import os
+import pickle
+import sys
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+OPS = ("attention", "attention_weights", "vjp")
+
+
+def send_message(conn: Connection, message: Any) -> None:
+    buffers: list[pickle.PickleBuffer] = []
+    payload = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+    conn.send_bytes(len(buffers).to_bytes(4, "little") + payload)
+    for buffer in buffers:
+        conn.send_bytes(buffer.raw())
+
+
+def recv_message(conn: Connection) -> Any:
+    head = conn.recv_bytes()
+    count = int.from_bytes(head[:4], "little")
+    buffers = [conn.recv_bytes() for _ in range(count)]
+    return pickle.loads(head[4:], buffers=buffers)
+
+
+def describe(impl) -> dict:
+    """What the judge needs to know of an implementation, in plain data."""
+    return {
+        "name": impl.name,
+        "family": impl.family,
+        "device": impl.device,
+        "version": impl.version(),
+        "capabilities": dataclasses.asdict(impl.capabilities),
+        "unavailable_reason": impl.unavailable_reason(),
+        "call_timeout": getattr(impl, "call_timeout", None),
+    }
+
+
+def returned(impl, native) -> dict:
+    """A native array as plain data; a TypeError names what breaks the contract."""
+    try:
+        array = impl.to_numpy(native)
+        dtype = impl.dtype_name(native)
+        device = impl.device_of(native)
+    except Exception as exc:
+        raise TypeError(
+            f"returned {type(native).__module__}.{type(native).__qualname__}, which its own "
+            f"to_numpy/dtype_name cannot read ({type(exc).__name__}: {exc})"
+        ) from None
+    import numpy as np
+
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"to_numpy gave {type(array).__qualname__}, but should give numpy.ndarray")
+    return {"array": array, "dtype": dtype, "device": device, "shape": tuple(array.shape)}
+
+
+def handle(impl, op: str, arrays: list[tuple[Any, str]], kwargs: dict) -> tuple:
+    """One request: ("ok", result), ("raised", type, message, traceback) when the
+    implementation raised anything at all, or ("broke", message) when what it returned, or how it
+    converted its inputs, breaks the contract."""
+    if op not in OPS:
+        return ("broke", f"unknown operation {op!r}")
+    try:
+        natives = [impl.from_numpy(array, dtype) for array, dtype in arrays]
+    except BaseException as exc:
+        return ("broke", f"converting its inputs raised {type(exc).__name__}: {exc}")
+    try:
+        out = getattr(impl, op)(*natives, **kwargs)
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt, pytest's outcomes: all failures
+        kind = type(exc)
+        return (
+            "raised",
+            f"{kind.__module__}.{kind.__qualname__}"
+            if kind.__module__ != "builtins"
+            else kind.__qualname__,
+            str(exc),
+            "".join(traceback.format_exception(exc)[-12:]),
+        )
+    try:
+        input_device = impl.device_of(natives[0])
+        result = [returned(impl, grad) for grad in out] if op == "vjp" else returned(impl, out)
+    except BaseException as exc:
+        return ("broke", str(exc))
+    return ("ok", {"result": result, "input_device": input_device})
+
+
+def serve(conn: Connection, selector: str) -> None:
+    from impls.registry import RegistryError, resolve
+
+    try:
+        impl = resolve(selector)
+        description = describe(impl)
+    except RegistryError as exc:
+        send_message(conn, ("registry-error", str(exc)))
+        return
+    except BaseException as exc:
+        send_message(conn, ("registry-error", f"{selector!r}: {type(exc).__name__}: {exc}"))
+        return
+    send_message(conn, ("ready", description))
+    while True:
+        try:
+            request = recv_message(conn)
+        except EOFError:
+            return
+        if request[0] == "close":
+            return
+        reply = handle(impl, *request)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        send_message(conn, reply)
+
+
+def main(argv: list[str]) -> None:
+    fd, paths = int(argv[0]), json.loads(argv[1])
+    sys.path[:] = paths  # the judge's: a kernel file in its current directory resolves here too
+    faulthandler.enable()  # a segfault's traceback goes to stderr, which the judge shows
+    serve(Connection(fd), argv[2])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # threads the implementation left running must not keep its worker alive
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
