@@ -187,15 +187,20 @@ class ProcessChannel:
         try:
             if message is not None:
                 send_message(self.conn, message)
-            if not self.conn.poll(timeout):
-                self.kill()
-                raise TimeoutError
-            return recv_message(self.conn)
+            answered = self.conn.poll(timeout)
+            if answered:
+                return recv_message(self.conn)
         except (EOFError, OSError):
-            returncode = self.process.wait(timeout=30)
+            try:
+                returncode = self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # closed its end of the line but lives on
+                self.kill()
+                raise ChildProcessError("closed its connection to the judge") from None
             self.conn.close()
             self.process = None
             raise ChildProcessError(exit_cause(returncode)) from None
+        self.kill()
+        raise TimeoutError
 
     def kill(self) -> None:
         if self.process is not None:

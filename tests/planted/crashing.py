@@ -21,3 +21,8 @@ def hangs(q, k, v, *, causal=True, scale=None):
     """Never returns, as a kernel spinning on a flag no one sets."""
     while True:
         time.sleep(1)
+
+
+def sys_exits(q, k, v, *, causal=True, scale=None):
+    """Calls sys.exit(0), as a library that 'handles' an error by exiting cleanly."""
+    raise SystemExit(0)
