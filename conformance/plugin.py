@@ -307,7 +307,11 @@ def impl(request: pytest.FixtureRequest):
         pytest.skip(f"{selected.impl.name} {selected.impl.crashed}")
     broken = request.config.stash[BROKEN_KEY].get(selected.impl.name)
     if broken:
-        pytest.fail(broken, pytrace=False)
+        reproduce = (
+            f"python -m pytest '{request.node.nodeid}' --impl {selected.selector} "
+            f"--attnspec-seed {run_seed(request.config)}"
+        )
+        pytest.fail(f"{broken}\nreproduce: {reproduce}", pytrace=False)
     selected.impl.take_output()  # what it printed before this test is not this test's
     return selected
 
