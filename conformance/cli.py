@@ -28,7 +28,7 @@ from conformance.measurements import (
     saturation,
 )
 from conformance.plugin import seed_value
-from conformance.report import matrix_lines, report_path_problem
+from conformance.report import failure_lines, matrix_lines, report_path_problem
 from conformance.selection import claim_patterns, split_names_or_fail
 from impls.registry import BUILTINS, RegistryError, entry_point_names, resolve
 from spec.catalogue import load_catalogue
@@ -93,10 +93,11 @@ def pytest_arguments(options: argparse.Namespace, report_json: Path) -> list[str
         str(CONFORMANCE_DIR),
         "-p",
         "conformance.plugin",
-        "-q",
         "--report-json",
         str(report_json),
     ]
+    # The matrix is the answer; pytest's per-test summary is there with -v.
+    args += ["-v", "-ra"] if options.verbose else ["-q", "--no-summary"]
     for value in options.impl or ():
         args += ["--impl", value]
     for value in options.claims or ():
@@ -153,6 +154,12 @@ def command_run(options: argparse.Namespace) -> int:
             )
             return status or 1
         report = json.loads(report_json.read_text())
+    failures = failure_lines(report)
+    if failures:
+        print()
+        print("attnspec: the first failure of each failed claim")
+        for line in failures:
+            print(line)
     print()
     print("attnspec: claim x implementation")
     for line in matrix_lines(report):
@@ -327,6 +334,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="fail a test after SECONDS (with --workers, even a hang in C code). Default: none",
     )
     run.add_argument("--strict", action="store_true", help="SHOULD failures fail the run")
+    run.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="pytest's per-test lines and summary as well (default: progress, then the matrix)",
+    )
     run.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help=argparse.SUPPRESS)
     run.set_defaults(handler=command_run)
 

@@ -19,7 +19,13 @@ from conformance.harness import Case, Subject
 from conformance.measurements import dot_product_std, saturation
 from conformance.probe import recover_weights
 from conformance.report import matrix_lines
-from impls.registry import RegistryError, resolve
+from conformance.workers import (
+    ImplementationBroke,
+    ImplementationDied,
+    ImplementationRaised,
+    open_clients,
+)
+from impls.registry import RegistryError
 
 HEAT_MAP_CASE = Case(batch=1, heads=1, tq=24, head_dim=16, dtype="float64")
 
@@ -30,26 +36,38 @@ def _png(figure) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _heat_map_source(report: dict) -> tuple[str, np.ndarray] | None:
-    """Causal attention weights recovered through the probe from the first implementation that
-    conforms and can run here, in float64 if it declares it."""
-    for subject in report["subjects"]:
-        if not subject.get("selector") or subject["verdict"] == "NOT RUN":
-            continue
+HEAT_MAPS_SHOWN = 4
+
+
+def _heat_map_sources(report: dict) -> list[tuple[str, str, np.ndarray]]:
+    """(name, verdict, causal attention weights recovered through the probe) for up to
+    HEAT_MAPS_SHOWN implementations that ran, those that fail first: the picture a reviewer
+    needs is the failing one. Each is called in a worker of its own, as in the run."""
+    ran = [s for s in report["subjects"] if s.get("selector") and s["verdict"] != "NOT RUN"]
+    ran.sort(key=lambda s: s["verdict"] != "FAILS")
+    maps = []
+    for subject in ran[:HEAT_MAPS_SHOWN]:
         try:
-            impl = resolve(subject["selector"])
+            (client,) = open_clients([subject["selector"]])
         except RegistryError:
             continue
-        if impl.unavailable_reason():
-            continue
-        dtype = "float64" if "float64" in impl.capabilities.dtypes else impl.capabilities.dtypes[0]
-        case = HEAT_MAP_CASE.with_(dtype=dtype)
-        probe = Subject(
-            impl, subject["selector"], seed=report["environment"]["seed"], test_id="map"
-        )
-        q, k, _ = probe.inputs(case, spread=2.0)
-        return subject["name"], recover_weights(probe, case, q, k)[0, 0]
-    return None
+        try:
+            if client.unavailable_reason():
+                continue
+            dtypes = client.capabilities.dtypes
+            case = HEAT_MAP_CASE.with_(dtype="float64" if "float64" in dtypes else dtypes[0])
+            probe = Subject(
+                client, subject["selector"], seed=report["environment"]["seed"], test_id="map"
+            )
+            q, k, _ = probe.inputs(case, spread=2.0)
+            try:
+                weights = recover_weights(probe, case, q, k)[0, 0]
+            except (ImplementationRaised, ImplementationBroke, ImplementationDied):
+                continue
+            maps.append((subject["name"], subject["verdict"], weights))
+        finally:
+            client.close()
+    return maps
 
 
 def figures(report: dict) -> list[tuple[str, str]]:
@@ -82,16 +100,17 @@ def figures(report: dict) -> list[tuple[str, str]]:
     plots.append(("Largest attention weight against d_k (SOFTMAX-SATURATION)", _png(fig)))
     plt.close(fig)
 
-    source = _heat_map_source(report)
-    if source is not None:
-        name, weights = source
+    for name, verdict, weights in _heat_map_sources(report):
         fig, ax = plt.subplots(figsize=(4.2, 3.6))
         image = ax.imshow(weights, cmap="viridis")
         fig.colorbar(image, ax=ax)
         ax.set_xlabel("key j")
         ax.set_ylabel("query i")
         plots.append(
-            (f"Causal attention weights of {name}, recovered through the probe", _png(fig))
+            (
+                f"Causal attention weights of {name} ({verdict}), recovered through the probe",
+                _png(fig),
+            )
         )
         plt.close(fig)
 

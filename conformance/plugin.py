@@ -13,6 +13,7 @@ import os
 import platform
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conformance.harness import Subject
@@ -155,6 +156,9 @@ def call_timeout_value(text: str) -> float:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if np.lib.NumpyVersion(np.__version__) >= "2.0.0":
+        # Failure messages print values, not NumPy 2's np.float64(...) reprs.
+        np.set_printoptions(legacy="1.25")
     config.addinivalue_line(
         "markers", "claim(*ids): the catalogue claim(s) a conformance test checks"
     )
@@ -500,8 +504,9 @@ class VerdictRecorder:
         reason = report.longrepr[2] if report.skipped and isinstance(report.longrepr, tuple) else ""
         claims = (_property(report, "attnspec_claims") or "").split(",")
         fraction = _property(report, "attnspec_budget_fraction")
+        message = report.longreprtext if outcome in ("failed", "unmet") else ""
         self.ledger.record(
-            subject, [c for c in claims if c], outcome, report.nodeid, reason, fraction
+            subject, [c for c in claims if c], outcome, report.nodeid, reason, fraction, message
         )
         for pair in filter(None, (_property(report, "attnspec_conventions") or "").split(",")):
             self.ledger.note_convention(subject, *pair.split("=", 1))

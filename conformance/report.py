@@ -17,7 +17,11 @@ Schema ``attnspec-report/1``::
                                "passed": n, "failed": n, "unmet": n, "skipped": n,
                                "worst_budget_fraction": null | x,  # error / tolerance budget,
                                                       # the largest in the claim's tests (<= 1 ok)
-                               "failing_tests": [node ids], "skip_reasons": [...]}}}
+                               "failing_tests": [node ids], "skip_reasons": [...],
+                               "first_failure": null | {"test": node id,
+                                                        "message": "...",  # truncated
+                                                        "reproducer": null | "python -m ..."}}},
+         "conventions": {NAME: VALUE}},      # the CONTRACT-ERRORS conventions it followed
       ]
     }
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import textwrap
 from pathlib import Path
 
 from conformance.selection import Selected
@@ -50,6 +55,7 @@ def subject_entry(ledger: Ledger, name: str, selected: Selected | None) -> dict:
             "skipped": rec.skipped,
             "worst_budget_fraction": rec.worst_budget_fraction,
             "failing_tests": list(rec.failing_tests),
+            "first_failure": rec.first_failure,
             "skip_reasons": sorted(rec.skip_reasons),
         }
     entry = {"name": name, "selector": None, "verdict": ledger.subject_verdict(name)}
@@ -121,22 +127,28 @@ def write_report(path: Path, report: dict) -> None:
 CELL = {"met": "pass", "FAILED": "FAIL", "unmet": "unmet", "not checked": "skip"}
 
 
-def matrix_lines(report: dict) -> list[str]:
-    """The claim x implementation matrix: one row per claim (failed MUST claims first), one column
-    per subject, each cell pass / FAIL / unmet / skip[n] / - (no test of that claim for it), with
-    the worst error as a fraction of the tolerance budget where the claim measures one. Skip
-    reasons follow as numbered notes."""
-    subjects = report["subjects"]
+MATRIX_WIDTH = 100
+
+
+def matrix_lines(report: dict, width: int = MATRIX_WIDTH) -> list[str]:
+    """The claim x implementation matrix, at most ``width`` columns wide: one row per claim
+    (failed MUST claims first), one column per subject that ran, each cell pass / FAIL / unmet /
+    skip[n] / - (no test of that claim for it), with the worst error as a fraction of the
+    tolerance budget where the claim measures one. Subjects that did not run are folded into
+    one line naming them and why; skip reasons follow as numbered notes. Columns that do not
+    fit go to a further block."""
+    ran = [s for s in report["subjects"] if s["verdict"] != "NOT RUN"]
+    not_run = [s for s in report["subjects"] if s["verdict"] == "NOT RUN"]
     claim_ids: list[str] = []
     levels: dict[str, str] = {}
-    for subject in subjects:
+    for subject in ran:
         for claim, entry in subject["claims"].items():
             if claim not in levels:
                 claim_ids.append(claim)
                 levels[claim] = entry["level"] or "?"
     failing = {
         claim
-        for subject in subjects
+        for subject in ran
         for claim, entry in subject["claims"].items()
         if entry["verdict"] == "FAILED"
     }
@@ -159,23 +171,68 @@ def matrix_lines(report: dict) -> list[str]:
             text += f" {fraction:.2f}" if fraction < 100 else f" {fraction:.0e}"
         return text
 
-    rows = [
-        [f"{claim} ({levels[claim]})"] + [cell(s["claims"].get(claim)) for s in subjects]
-        for claim in claim_ids
-    ]
-    header = ["claim"] + [s["name"] for s in subjects]
-    footer = ["verdict"] + [s["verdict"] for s in subjects]
-    widths = [max(len(row[i]) for row in [header, footer, *rows]) for i in range(len(header))]
+    labels = [f"{claim} ({levels[claim]})" for claim in claim_ids]
+    label_width = max([len(label) for label in labels] + [len("verdict")])
+    columns = []  # (header, cells, verdict)
+    for subject in ran:
+        cells = [cell(subject["claims"].get(claim)) for claim in claim_ids]
+        columns.append((subject["name"], cells, subject["verdict"]))
+    legend: list[str] = []
 
-    def line(row: list[str]) -> str:
-        cells = (text.ljust(width) for text, width in zip(row, widths, strict=True))
-        return "  ".join(cells).rstrip()
+    def column_width(header: str, cells: list[str], verdict: str) -> int:
+        return max(len(header), len(verdict), *(len(c) for c in cells))
 
-    rule = "  ".join("-" * width for width in widths)
-    lines = [line(header), rule, *map(line, rows), rule, line(footer)]
+    if label_width + sum(2 + column_width(*c) for c in columns) > width:
+        # Long names would push the matrix wide: number the columns and name them below.
+        legend = [f"({n}) {name}" for n, (name, _, _) in enumerate(columns, 1)]
+        columns = [(f"({n})", cells, v) for n, (_, cells, v) in enumerate(columns, 1)]
+    blocks: list[list[tuple[str, list[str], str]]] = [[]]
+    used = label_width
+    for column in columns:
+        needed = 2 + column_width(*column)
+        if blocks[-1] and used + needed > width:
+            blocks.append([])
+            used = label_width
+        blocks[-1].append(column)
+        used += needed
+    lines: list[str] = []
+    for block in blocks:
+        widths = [label_width] + [column_width(*c) for c in block]
+
+        def line(row: list[str], widths=widths) -> str:
+            return "  ".join(t.ljust(w) for t, w in zip(row, widths, strict=True)).rstrip()
+
+        rule = "  ".join("-" * w for w in widths)
+        lines += [line(["claim"] + [c[0] for c in block]), rule]
+        lines += [line([label] + [c[1][i] for c in block]) for i, label in enumerate(labels)]
+        lines += [rule, line(["verdict"] + [c[2] for c in block]), ""]
+    lines.pop()
+    lines += legend
     lines += [f"[{i}] {reason}" for i, reason in enumerate(reasons, 1)]
-    lines.append(
+    if not_run:
+        text = "not run here: " + "; ".join(
+            f"{s['name']} ({s.get('skip_reason') or 'no test ran'})" for s in not_run
+        )
+        lines += textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False)
+    lines += textwrap.wrap(
         "cells: pass/FAIL/unmet (a SHOULD not met)/skip[n] (not checked, reason n)/- (no test); "
-        "x.xx = worst error / tolerance budget (<= 1 passes)"
+        "x.xx = worst error / tolerance budget (<= 1 passes)",
+        width,
+        subsequent_indent="  ",
     )
+    return lines
+
+
+def failure_lines(report: dict) -> list[str]:
+    """For each implementation that fails, each failed claim's first failure and reproducer."""
+    lines = []
+    for subject in report["subjects"]:
+        for claim, entry in subject["claims"].items():
+            failure = entry.get("first_failure")
+            if entry["verdict"] != "FAILED" or not failure:
+                continue
+            message = failure["message"].splitlines()
+            lines.append(f"{subject['name']} fails {claim}: {message[0] if message else ''}")
+            if failure["reproducer"]:
+                lines.append(f"  reproduce: {failure['reproducer']}")
     return lines

@@ -7,6 +7,7 @@ claim that fails is *unmet*: reported, but not a failure of the run unless ``--s
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -26,6 +27,7 @@ class ClaimRecord:
     skip_reasons: set[str] = field(default_factory=set)
     failing_tests: list[str] = field(default_factory=list)
     worst_budget_fraction: float | None = None  # largest error / tolerance budget in its tests
+    first_failure: dict | None = None  # {"test", "message", "reproducer"} of its first failure
 
     @property
     def verdict(self) -> str:
@@ -36,6 +38,25 @@ class ClaimRecord:
         if self.passed:
             return MET
         return NOT_CHECKED
+
+
+MESSAGE_KEPT = 2000  # characters of a failure message kept in the report
+
+
+def failure_summary(test_id: str, message: str) -> dict:
+    """A failure as the report keeps it: the test, its message (without the reproducer line,
+    truncated) and the reproducer line, where the message has one."""
+    # xdist starts a report's text with the worker's name and interpreter: not the failure's.
+    lines = [line for line in message.strip().splitlines() if not re.match(r"\[gw\d+\] ", line)]
+    reproducer = next((line for line in lines if line.startswith("reproduce: ")), None)
+    text = "\n".join(line for line in lines if line is not reproducer)
+    if len(text) > MESSAGE_KEPT:
+        text = text[:MESSAGE_KEPT] + f" [... {len(text) - MESSAGE_KEPT} characters more]"
+    return {
+        "test": test_id,
+        "message": text,
+        "reproducer": reproducer.removeprefix("reproduce: ") if reproducer else None,
+    }
 
 
 class Ledger:
@@ -64,6 +85,7 @@ class Ledger:
         test_id: str,
         reason: str = "",
         budget_fraction: float | None = None,
+        message: str = "",
     ):
         for claim in claims:
             entry = self.records[(subject, claim)]
@@ -74,12 +96,14 @@ class Ledger:
                 entry.worst_budget_fraction = budget_fraction
             if outcome == "passed":
                 entry.passed += 1
-            elif outcome == "failed":
-                entry.failed += 1
+            elif outcome in ("failed", "unmet"):
+                if outcome == "failed":
+                    entry.failed += 1
+                else:
+                    entry.unmet += 1
                 entry.failing_tests.append(test_id)
-            elif outcome == "unmet":
-                entry.unmet += 1
-                entry.failing_tests.append(test_id)
+                if entry.first_failure is None:
+                    entry.first_failure = failure_summary(test_id, message)
             else:
                 entry.skipped += 1
                 if reason:

@@ -68,6 +68,25 @@ def test_run_prints_the_matrix_with_the_mutant_failing(mutant_run):
     assert re.search(r"verdict\s+conforms\s+FAILS", matrix)
 
 
+def test_run_output_ends_with_a_matrix_within_100_columns(mutant_run):
+    run, _ = mutant_run
+    lines = run.stdout.splitlines()
+    matrix_start = lines.index("attnspec: claim x implementation")
+    assert all(len(line) <= 100 for line in lines[matrix_start:]), lines[matrix_start:]
+    assert lines[-1].startswith(("cells:", "  "))
+    assert "SKIPPED" not in run.stdout  # per-test lines only with -v
+    assert "XFAIL" not in run.stdout
+    assert "attnspec: the first failure of each failed claim" in run.stdout
+
+
+def test_run_folds_implementations_that_did_not_run_into_one_line():
+    run = attnspec("run", "--impl", "numpy,torch_eager_cuda", "--claims", "SCORE-SHAPE")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    matrix = run.stdout.split("attnspec: claim x implementation", 1)[1]
+    assert "torch_eager_cuda" not in matrix.split("\nverdict", 1)[0]
+    assert "not run here: torch_eager_cuda (torch_eager_cuda cannot run here" in matrix
+
+
 def test_run_writes_json_html_and_junit(mutant_run):
     _, out = mutant_run
     report = json.loads((out / "report.json").read_text())
@@ -75,13 +94,24 @@ def test_run_writes_json_html_and_junit(mutant_run):
     subjects = {s["name"]: s for s in report["subjects"]}
     assert subjects[MUTANT]["claims"]["MASK-ZERO"]["verdict"] == "FAILED"
     assert subjects[MUTANT]["claims"]["MASK-ZERO"]["failing_tests"]
+    first = subjects[MUTANT]["claims"]["MASK-ZERO"]["first_failure"]
+    assert "[MASK-ZERO tests.zoo.mutants:mask_off_by_one" in first["message"]
+    assert "np.float64(" not in first["message"]
+    assert first["reproducer"].startswith("python -m pytest 'conformance/")
+    assert f"--impl {MUTANT}" in first["reproducer"]
+    assert subjects["numpy"]["claims"]["MASK-ZERO"]["first_failure"] is None
     assert subjects["numpy"]["claims"]["OUT-FORMULA"]["worst_budget_fraction"] <= 1
     html = (out / "report.html").read_text()
     assert "MASK-ZERO (MUST)" in html
     assert "numpy: <b>conforms</b>" in html
     assert f"{MUTANT}: <b>FAILS</b>" in html
     if importlib.util.find_spec("matplotlib"):
-        assert html.count("data:image/png;base64,") == 4  # growth, saturation, heat map, budgets
+        # growth, saturation, a heat map per implementation, budgets
+        assert html.count("data:image/png;base64,") == 5
+        # the failing implementation's heat map comes first: that is the picture a review needs
+        assert html.index(f"Causal attention weights of {MUTANT} (FAILS)") < html.index(
+            "Causal attention weights of numpy (conforms)"
+        )
     else:
         assert "Plots need matplotlib" in html
     cases = ET.parse(out / "junit.xml").getroot().iter("testcase")
@@ -116,11 +146,11 @@ def test_bad_arguments_are_usage_errors(args, message):
     assert message in run.stderr
 
 
-def test_run_of_an_unknown_impl_reports_pytests_usage_error():
+def test_run_of_an_unknown_impl_is_a_usage_error_like_any_other():
+    """The suite's usage error (4) is this command's usage error (2), as a bad --claims is."""
     run = attnspec("run", "--impl", "no_such_impl")
-    assert run.returncode == 4
+    assert run.returncode == 2
     assert "unknown implementation 'no_such_impl'" in run.stderr
-    assert "wrote no report (a usage error" in run.stderr
 
 
 def test_run_where_nothing_is_checked_exits_5():
