@@ -105,12 +105,12 @@ def resolve(name: str) -> Implementation:
         return coerce(_import_attribute(name), name)
     close = difflib.get_close_matches(name, [*BUILTINS, *entry_point_names()], n=3)
     if close:
-        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?"
+        hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)"
     elif "." in name:
         hint = " (to import one, write package.module:attribute)"
     else:
         hint = ""
-    raise RegistryError(f"unknown implementation {name!r}{hint} Available: {available_names()}")
+    raise RegistryError(f"unknown implementation {name!r}{hint}; available: {available_names()}")
 
 
 def _import_attribute(spec: str) -> object:

@@ -25,3 +25,10 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(
             "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
         )
+    missed = [row for row in rows if row[0] == "MISSED"]
+    if missed:
+        terminalreporter.write_sep(
+            "!", f"attnspec: {len(missed)} timing(s) MISSED their gate (reported, not failed)"
+        )
+        for row in missed:
+            terminalreporter.write_line(row[-1], red=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -85,13 +87,34 @@ def check_gate(
     perf_table.append(
         (gate.id, "ratio", "", "", "", f"{ratio:.2f} <= {gate.max_time_ratio:g}: {verdict}")
     )
-    assert ratio <= gate.max_time_ratio, (
+    require_timing(
+        ratio <= gate.max_time_ratio,
         f"{gate.id}: {subject.name} took {ratio:.2f}x {baseline.name}'s median time "
         f"({milliseconds(timings[subject.name].median)} vs "
         f"{milliseconds(timings[baseline.name].median)}), but the gate is "
-        f"{gate.describe()}. Why this number: {gate.reason}"
+        f"{gate.describe()}. Why this number: {gate.reason}",
+        perf_table,
     )
     return ratio
+
+
+REPORT_ONLY_VAR = "ATTNSPEC_TIMINGS"  # "report": a missed gate is reported, not a failure
+
+
+def timings_report_only() -> bool:
+    return os.environ.get(REPORT_ONLY_VAR, "") == "report"
+
+
+def require_timing(ok: bool, message: str, perf_table: list) -> None:
+    """Fail with ``message`` unless ``ok``; where timings only report (the README's test
+    command on a shared machine, where a timing says nothing about the project), put the miss
+    in the table, loudly, instead."""
+    if ok:
+        return
+    if timings_report_only():
+        perf_table.append(("MISSED", "", "", "", "", f"{message} ({REPORT_ONLY_VAR}=report)"))
+        return
+    pytest.fail(message, pytrace=False)
 
 
 def milliseconds(seconds: float) -> str:

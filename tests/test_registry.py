@@ -28,7 +28,7 @@ def test_module_attribute_gives_a_plain_callable():
     [
         (
             "no_such_impl",
-            "unknown implementation 'no_such_impl' Available: built-in: numpy_reference",
+            "unknown implementation 'no_such_impl'; available: built-in: numpy_reference",
         ),
         ("tests.planted.plain", "to import one, write package.module:attribute"),
         ("tests.planted.nowhere:fn", "importing module 'tests.planted.nowhere' failed"),
