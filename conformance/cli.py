@@ -111,8 +111,8 @@ def pytest_arguments(options: argparse.Namespace, report_json: Path) -> list[str
         args += ["--junitxml", str(options.junitxml)]
     if options.workers:
         args += ["-n", str(options.workers), "--dist", "loadgroup"]
-    if options.timeout:
-        args += ["--timeout", str(options.timeout), "--timeout-method", "thread"]
+    if options.call_timeout:
+        args += ["--call-timeout", str(options.call_timeout)]
     if options.strict:
         args.append("--strict")
     return args + list(options.pytest_args)
@@ -324,14 +324,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=positive_int,
         metavar="N",
-        help="run on N pytest-xdist workers: a crash or hang fails only its implementation "
-        "(default: one process, no isolation)",
+        help="spread the tests over N pytest-xdist processes (default: one; every "
+        "implementation runs in a worker process of its own either way)",
     )
     run.add_argument(
+        "--call-timeout",
         "--timeout",
+        dest="call_timeout",
         type=positive_int,
         metavar="SECONDS",
-        help="fail a test after SECONDS (with --workers, even a hang in C code). Default: none",
+        help="deadline of one call of an implementation: past it the call fails as a hang. "
+        "Default: what the implementation declares, else 120",
     )
     run.add_argument("--strict", action="store_true", help="SHOULD failures fail the run")
     run.add_argument(

@@ -30,6 +30,7 @@ def interpreted() -> bool:
 
 class TritonFlash(TorchArrays, Implementation):
     name = "triton_flash"
+    call_timeout = 900.0  # seconds: the interpreter runs a 1024-token call for minutes
 
     def __init__(self):
         on_gpu = torch is not None and not interpreted() and torch.cuda.is_available()

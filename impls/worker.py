@@ -28,7 +28,9 @@ OPS = ("attention", "attention_weights", "vjp")
 def send_message(conn: Connection, message: Any) -> None:
     buffers: list[pickle.PickleBuffer] = []
     payload = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
-    conn.send_bytes(len(buffers).to_bytes(4, "little") + payload)
+    # Head: the number of out-of-band buffers and their sizes, 8 bytes each, then the pickle.
+    sizes = b"".join(buffer.raw().nbytes.to_bytes(8, "little") for buffer in buffers)
+    conn.send_bytes(len(buffers).to_bytes(4, "little") + sizes + payload)
     for buffer in buffers:
         conn.send_bytes(buffer.raw())
 
@@ -36,8 +38,18 @@ def send_message(conn: Connection, message: Any) -> None:
 def recv_message(conn: Connection) -> Any:
     head = conn.recv_bytes()
     count = int.from_bytes(head[:4], "little")
-    buffers = [conn.recv_bytes() for _ in range(count)]
-    return pickle.loads(head[4:], buffers=buffers)
+    sizes = [int.from_bytes(head[4 + 8 * i : 12 + 8 * i], "little") for i in range(count)]
+    # Writable buffers: an implementation may use its inputs as scratch space, as it could when
+    # it ran in the judge's process; what it writes there stays in its worker.
+    buffers = []
+    for size in sizes:
+        buffer = bytearray(size)
+        if size:
+            conn.recv_bytes_into(buffer)
+        else:
+            conn.recv_bytes()
+        buffers.append(buffer)
+    return pickle.loads(head[4 + 8 * count :], buffers=buffers)
 
 
 def describe(impl) -> dict:
@@ -71,6 +83,30 @@ def returned(impl, native) -> dict:
     return {"array": array, "dtype": dtype, "device": device, "shape": tuple(array.shape)}
 
 
+INPUT_NAMES = ("q", "k", "v", "grad_out")
+
+
+def changed_inputs(impl, natives: list, sent: list) -> str | None:
+    """What the call changed in its inputs, if anything: a caller's arrays must come back as
+    they went in (a kernel that scales q in place corrupts whatever the caller does next)."""
+    import numpy as np
+
+    for name, native, original in zip(INPUT_NAMES, natives, sent, strict=False):
+        try:
+            after = np.asarray(impl.to_numpy(native), dtype=np.float64)
+        except Exception:
+            continue
+        if after.shape != original.shape:
+            return f"changed the shape of its input {name} in place"
+        differs = ~((after == original) | (np.isnan(after) & np.isnan(original)))
+        if differs.any():
+            return (
+                f"changed its input {name} in place ({int(differs.sum())} of {differs.size} "
+                "values): a caller's arrays must come back as they went in"
+            )
+    return None
+
+
 def handle(impl, op: str, arrays: list[tuple[Any, str]], kwargs: dict) -> tuple:
     """One request: ("ok", result), ("raised", type, message, traceback) when the
     implementation raised anything at all, or ("broke", message) when what it returned, or how it
@@ -81,6 +117,7 @@ def handle(impl, op: str, arrays: list[tuple[Any, str]], kwargs: dict) -> tuple:
         natives = [impl.from_numpy(array, dtype) for array, dtype in arrays]
     except BaseException as exc:
         return ("broke", f"converting its inputs raised {type(exc).__name__}: {exc}")
+    sent = [array.copy() for array, _ in arrays]
     try:
         out = getattr(impl, op)(*natives, **kwargs)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, pytest's outcomes: all failures
@@ -93,6 +130,9 @@ def handle(impl, op: str, arrays: list[tuple[Any, str]], kwargs: dict) -> tuple:
             str(exc),
             "".join(traceback.format_exception(exc)[-12:]),
         )
+    changed = changed_inputs(impl, natives, sent)
+    if changed:
+        return ("broke", changed)
     try:
         input_device = impl.device_of(natives[0])
         result = [returned(impl, grad) for grad in out] if op == "vjp" else returned(impl, out)

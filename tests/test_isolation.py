@@ -126,3 +126,29 @@ def test_a_bad_claims_pattern_is_a_usage_error_under_xdist_too(suite):
     assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
     assert "--claims NOPE matches no claim" in run.stderr
     assert "INTERNALERROR" not in run.stdout + run.stderr
+
+
+def test_workers_and_in_process_give_the_same_verdicts(tmp_path):
+    """The line between judge and judged changes where implementations run, not what they get."""
+    verdicts = {}
+    for mode in ("workers", "in-process"):
+        report_path = tmp_path / f"{mode}.json"
+        run = run_module(
+            "pytest",
+            "conformance",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "--impl",
+            "numpy,numpy_flash,tests.zoo.mutants:mask_off_by_one",
+            "--report-json",
+            str(report_path),
+            *(["--in-process"] if mode == "in-process" else []),
+        )
+        assert run.returncode == 1, run.stdout[-3000:]
+        verdicts[mode] = {
+            s["name"]: {c: e["verdict"] for c, e in s["claims"].items()}
+            for s in json.loads(report_path.read_text())["subjects"]
+        }
+    assert verdicts["workers"] == verdicts["in-process"]
