@@ -77,6 +77,11 @@ def test_misbehaving_implementations_fail_and_spare_the_others(mode, tmp_path):
     assert "raised KeyboardInterrupt" in output
     assert "raised SystemExit: 0" in output
     assert len(output) < 5_000_000, "10 MB printed by an implementation reached the terminal"
+    if mode != "attnspec run":  # which prints the matrix, not pytest's per-test sections
+        assert (
+            f"output of {MEDDLING}:prints_ten_megabytes (its worker's stdout and stderr)" in output
+        )
+        assert "bytes not shown ...]" in output
     assert elapsed < 600
 
 

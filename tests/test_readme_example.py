@@ -71,3 +71,7 @@ def test_answers_that_follow_no_convention_fail_contract_errors(suite, tmp_path)
     for name, message in bad.items():
         assert verdicts[f"{PLANTED}:{name}"] == "FAILS", name
         assert message in run.stdout, name
+    # These calls have shapes of their own: a reproducer comment with a Case's shapes would lie.
+    reproducers = [line for line in run.stdout.splitlines() if line.startswith("reproduce: ")]
+    assert reproducers
+    assert not [line for line in reproducers if "# B=" in line]

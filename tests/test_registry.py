@@ -81,3 +81,15 @@ def test_two_names_for_one_implementation_are_rejected():
 def test_an_empty_impl_option_is_a_usage_error_not_every_builtin(values):
     with pytest.raises(RegistryError, match="names no implementation"):
         select(values)
+
+
+def test_torchs_skip_hint_names_the_pinned_version(monkeypatch):
+    """An unpinned torch pulls a CUDA build of several GB: the hint must not send users there."""
+    from impls import torch_backend
+
+    monkeypatch.setattr(torch_backend, "torch", None)
+    reason = torch_backend.TorchSdpa.unavailable_reason(
+        torch_backend.TorchSdpa.__new__(torch_backend.TorchSdpa)
+    )
+    assert "torch==2.13.0" in reason
+    assert "attnspec[torch]" not in reason
