@@ -62,14 +62,23 @@ def assert_identical(
         )
 
 
+def answer_or_none_if_raised(claim: str, subject: Subject, problem: str, call):
+    """What ``call()`` returned, or None where the implementation raised; an error without a
+    message fails ``claim``."""
+    __tracebackhide__ = True
+    try:
+        return call()
+    except ImplementationRaised as exc:
+        if not exc.message.strip():
+            fail(claim, subject, None, f"{problem}: raised {exc.type_name} with no message")
+        return None
+
+
 def assert_raises_clearly(claim: str, subject: Subject, case: Case, problem: str, call) -> None:
     """``call()`` raises an exception with a message: any type, as long as it says something."""
     __tracebackhide__ = True
-    try:
-        out = call()
-    except ImplementationRaised as exc:
-        if not exc.message.strip():
-            fail(claim, subject, case, f"{problem}: raised {exc.type_name} with no message")
+    out = answer_or_none_if_raised(claim, subject, problem, call)
+    if out is None:
         return
     fail(
         claim,

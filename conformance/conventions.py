@@ -67,6 +67,21 @@ def nan_everywhere(got, q, k, v, *, dtype: str, scale) -> tuple[str | None, str]
     return "nan", ""
 
 
+def promoted_to_an_input_dtype(
+    got, got_dtype: str, q, k, v, *, dtypes: tuple[str, ...], coarser: str
+) -> tuple[str | None, str]:
+    """'promote': mixed input dtypes give one of them, right to the coarser one's budget."""
+    expected_shape = (*q.shape[:-1], v.shape[-1])
+    if got_dtype not in dtypes:
+        return None, f"returned dtype {got_dtype}, which is neither input's"
+    if got.shape != expected_shape:
+        return None, f"returned shape {got.shape}, but should be {expected_shape}"
+    comparison = compare_to_oracle(got, q, k, v, dtype=coarser)
+    if not comparison.ok:
+        return None, f"returned wrong values: {comparison.describe()}"
+    return "promote", ""
+
+
 FOLLOWS = {
     "batch_axes": broadcast_batch_axes,
     "unseen_rows": unseen_rows_filled,

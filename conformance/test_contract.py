@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from conformance.assertions import (
+    answer_or_none_if_raised,
     assert_equal,
     assert_follows_convention,
     assert_identical,
@@ -14,10 +15,8 @@ from conformance.assertions import (
     assert_shape,
     fail,
 )
-from conformance.conventions import FOLLOWS
+from conformance.conventions import FOLLOWS, promoted_to_an_input_dtype
 from conformance.harness import Case
-from conformance.tolerance import compare_to_oracle
-from conformance.workers import ImplementationRaised
 from impls.dtypes import UNIT_ROUNDOFF, round_to
 
 
@@ -129,6 +128,15 @@ CONVENTION_INPUTS = {
 }
 
 
+def convention_followed(subject, problem: str, call, judge) -> tuple[str | None, str]:
+    """("raise", "") where ``call()`` raised with a message, else ``judge(output as float64,
+    its dtype name)``: the convention the answer followed, or None and why it follows none."""
+    out = answer_or_none_if_raised("CONTRACT-ERRORS", subject, problem, call)
+    if out is None:
+        return "raise", ""
+    return judge(subject.impl.to_numpy(out).astype(np.float64), subject.impl.dtype_name(out))
+
+
 @pytest.mark.claim("CONTRACT-ERRORS")
 @pytest.mark.parametrize("problem", list(CONVENTION_INPUTS))
 def test_convention_inputs_raise_or_follow_the_convention(subject, dtype, problem):
@@ -141,20 +149,12 @@ def test_convention_inputs_raise_or_follow_the_convention(subject, dtype, proble
     )
     described = f"{problem} (q{q_shape} k{k_shape} v{v_shape}, causal=True, scale={scale})"
     native = subject.to_native(case, q, k, v)
-    try:
-        out = subject.impl.attention(*native, causal=True, scale=scale)
-    except ImplementationRaised as exc:
-        if not exc.message.strip():
-            fail(
-                "CONTRACT-ERRORS",
-                subject,
-                None,
-                f"{described}: raised {exc.type_name} with no message",
-            )
-        followed, why_not = "raise", ""
-    else:
-        got = subject.impl.to_numpy(out).astype(np.float64)
-        followed, why_not = FOLLOWS[convention](got, q, k, v, dtype=dtype, scale=scale)
+    followed, why_not = convention_followed(
+        subject,
+        described,
+        lambda: subject.impl.attention(*native, causal=True, scale=scale),
+        lambda got, _: FOLLOWS[convention](got, q, k, v, dtype=dtype, scale=scale),
+    )
     assert_follows_convention("CONTRACT-ERRORS", subject, described, convention, followed, why_not)
 
 
@@ -172,31 +172,14 @@ def test_mixed_dtypes_raise_or_promote(subject):
         subject.impl.from_numpy(v, dtypes[0]),
     ]
     described = f"mixed dtypes (q {dtypes[0]}, k {dtypes[1]}, v {dtypes[0]})"
-    try:
-        out = subject.impl.attention(*native, causal=True, scale=None)
-    except ImplementationRaised as exc:
-        if not exc.message.strip():
-            fail(
-                "CONTRACT-ERRORS",
-                subject,
-                None,
-                f"{described}: raised {exc.type_name} with no message",
-            )
-        followed, why_not = "raise", ""
-    else:
-        got_dtype = subject.impl.dtype_name(out)
-        got = subject.impl.to_numpy(out).astype(np.float64)
-        comparison = (
-            compare_to_oracle(got, q, k, v, dtype=coarser) if got.shape == case.out_shape else None
-        )
-        if got_dtype not in dtypes[:2]:
-            followed, why_not = None, f"returned dtype {got_dtype}, which is neither input's"
-        elif comparison is None:
-            followed, why_not = None, f"returned shape {got.shape}, but should be {case.out_shape}"
-        elif not comparison.ok:
-            followed, why_not = None, f"returned wrong values: {comparison.describe()}"
-        else:
-            followed, why_not = "promote", ""
+    followed, why_not = convention_followed(
+        subject,
+        described,
+        lambda: subject.impl.attention(*native, causal=True, scale=None),
+        lambda got, got_dtype: promoted_to_an_input_dtype(
+            got, got_dtype, q, k, v, dtypes=dtypes[:2], coarser=coarser
+        ),
+    )
     assert_follows_convention(
         "CONTRACT-ERRORS", subject, described, "mixed_dtypes", followed, why_not
     )

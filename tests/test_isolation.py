@@ -10,7 +10,7 @@ import time
 import pytest
 
 from spec.catalogue import load_catalogue
-from tests.suite_process import run_module
+from tests.suite_process import run_module, run_suite
 
 CRASHING = "tests.planted.crashing"
 MEDDLING = "tests.planted.meddling"
@@ -95,33 +95,19 @@ def test_the_judge_never_imports_the_implementations_module(tmp_path):
         "def attention(q, k, v, *, causal=True, scale=None):\n"
         "    return np.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)\n"
     )
-    run = run_module(
-        "pytest",
-        "conformance",
-        "-p",
-        "no:cacheprovider",
+    run = run_suite(
         "--impl",
         "patches_on_import:attention",
         "--claims",
         "OUT-FORMULA",
-        env={"PYTHONPATH": str(tmp_path)},
+        env_overrides={"PYTHONPATH": str(tmp_path)},
     )
     assert run.returncode == 1, run.stdout[-3000:]
     assert "patches_on_import:attention  FAILS" in run.stdout
 
 
 def test_in_process_mode_says_so_in_the_header():
-    run = run_module(
-        "pytest",
-        "conformance",
-        "-p",
-        "no:cacheprovider",
-        "--impl",
-        "numpy",
-        "--claims",
-        "SCORE-SHAPE",
-        "--in-process",
-    )
+    run = run_suite("--impl", "numpy", "--claims", "SCORE-SHAPE", "--in-process")
     assert run.returncode == 0, run.stdout[-3000:]
     assert "IN THE JUDGE'S PROCESS (--in-process)" in run.stdout
 
@@ -138,11 +124,7 @@ def test_workers_and_in_process_give_the_same_verdicts(tmp_path):
     verdicts = {}
     for mode in ("workers", "in-process"):
         report_path = tmp_path / f"{mode}.json"
-        run = run_module(
-            "pytest",
-            "conformance",
-            "-p",
-            "no:cacheprovider",
+        run = run_suite(
             "-n",
             "2",
             "--impl",
