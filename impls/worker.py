@@ -25,9 +25,16 @@ from typing import Any
 OPS = ("attention", "attention_weights", "vjp")
 
 
+IN_BAND_BYTES = 1 << 20  # below this, one message each way beats saving a copy
+
+
 def send_message(conn: Connection, message: Any) -> None:
     buffers: list[pickle.PickleBuffer] = []
     payload = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+    if sum(buffer.raw().nbytes for buffer in buffers) < IN_BAND_BYTES:
+        # Small arrays: one message (one system call, one wake-up of the other side).
+        buffers = []
+        payload = pickle.dumps(message, protocol=5)
     # Head: the number of out-of-band buffers and their sizes, 8 bytes each, then the pickle.
     sizes = b"".join(buffer.raw().nbytes.to_bytes(8, "little") for buffer in buffers)
     conn.send_bytes(len(buffers).to_bytes(4, "little") + sizes + payload)
