@@ -311,11 +311,10 @@ def impl(request: pytest.FixtureRequest):
         pytest.skip(f"{selected.impl.name} {selected.impl.crashed}")
     broken = request.config.stash[BROKEN_KEY].get(selected.impl.name)
     if broken:
-        reproduce = (
-            f"python -m pytest '{request.node.nodeid}' --impl {selected.selector} "
-            f"--attnspec-seed {run_seed(request.config)}"
+        test = Subject(
+            selected.impl, selected.selector, run_seed(request.config), request.node.nodeid
         )
-        pytest.fail(f"{broken}\nreproduce: {reproduce}", pytrace=False)
+        pytest.fail(f"{broken}\nreproduce: {test.reproducer()}", pytrace=False)
     selected.impl.take_output()  # what it printed before this test is not this test's
     return selected
 
