@@ -21,15 +21,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from conformance.measurements import (
+from conformance.judge.measurements import (
     andrea_numbers,
     dot_product_std,
     masked_softmax_example,
     saturation,
 )
 from conformance.plugin import seed_value
-from conformance.report import failure_lines, matrix_lines, report_path_problem
-from conformance.selection import claim_patterns, split_names_or_fail
+from conformance.report.json_report import failure_lines, matrix_lines, report_path_problem
+from conformance.run.selection import claim_patterns, split_names_or_fail
 from impls.registry import BUILTINS, RegistryError, entry_point_names, resolve
 from spec.catalogue import load_catalogue
 

@@ -1,7 +1,7 @@
 """The pytest wiring of attnspec: options, markers, parametrisation, fixtures, header, summary.
 
-Hooks only; the logic lives in :mod:`conformance.selection`, :mod:`conformance.harness` and
-:mod:`conformance.verdicts`.
+Hooks only; the logic lives in :mod:`conformance.run.selection`, :mod:`conformance.judge.harness` and
+:mod:`conformance.run.ledger`.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance.harness import Subject
-from conformance.preflight import preflight_failure
-from conformance.report import build_report, report_path_problem, write_report
-from conformance.selection import ENV_VAR, Selected, select
-from conformance.selection import claim_patterns as selection_claim_patterns
-from conformance.verdicts import MATHEMATICS, Ledger
-from conformance.workers import (
+from conformance.judge.harness import Subject
+from conformance.judge.preflight import preflight_failure
+from conformance.report.json_report import build_report, report_path_problem, write_report
+from conformance.run.selection import ENV_VAR, Selected, select
+from conformance.run.selection import claim_patterns as selection_claim_patterns
+from conformance.run.ledger import MATHEMATICS, Ledger
+from conformance.run.workers import (
     DEFAULT_CALL_TIMEOUT,
     ImplementationBroke,
     ImplementationDied,
@@ -132,7 +132,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="PATH",
         help="write the verdict per implementation and claim as JSON (schema "
-        "attnspec-report/1, documented in conformance/report.py) to PATH. Default: no file.",
+        "attnspec-report/1, documented in conformance/report/json_report.py) to PATH. Default: no file.",
     )
     group.addoption(
         "--report-html",
@@ -530,7 +530,7 @@ class VerdictRecorder:
         if json_path is not None:
             write_report(json_path, report)
         if html_path is not None:
-            from conformance.html_report import write_html  # matplotlib only when asked for
+            from conformance.report.html import write_html  # matplotlib only when asked for
 
             write_html(html_path, report)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.assertions import (
+from conformance.judge.assertions import (
     answer_or_none_if_raised,
     assert_equal,
     assert_follows_convention,
@@ -15,9 +15,9 @@ from conformance.assertions import (
     assert_shape,
     fail,
 )
-from conformance.conventions import FOLLOWS, promoted_to_an_input_dtype
-from conformance.harness import Case
-from impls.dtypes import UNIT_ROUNDOFF, round_to
+from conformance.judge.conventions import FOLLOWS, promoted_to_an_input_dtype
+from conformance.judge.harness import Case
+from spec.dtypes import UNIT_ROUNDOFF, round_to
 
 
 @pytest.mark.claim("CONTRACT-DTYPE")

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from conformance.assertions import assert_identical, assert_matches_oracle, fail
-from conformance.harness import Case
-from conformance.probe import all_weights
-from conformance.tolerance import accumulation_dtype
-from impls.dtypes import DTYPES, LARGEST_FINITE, UNIT_ROUNDOFF, round_to
+from conformance.judge.assertions import assert_identical, assert_matches_oracle, fail
+from conformance.judge.harness import Case
+from conformance.judge.probe import all_weights
+from conformance.judge.tolerance import accumulation_dtype
+from spec.dtypes import DTYPES, LARGEST_FINITE, UNIT_ROUNDOFF, round_to
 from spec.formula import causal_mask, reference_attention
 
 MASK_CASES = [

@@ -6,23 +6,23 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from conformance.assertions import (
+from conformance.judge.assertions import (
     assert_matches_oracle,
     assert_shape,
     assert_within_budget,
     fail,
 )
-from conformance.harness import Case
-from conformance.measurements import ANDREA
-from conformance.strategies import cases, data_seeds
-from conformance.tolerance import (
+from conformance.judge.harness import Case
+from conformance.judge.measurements import ANDREA
+from conformance.judge.strategies import cases, data_seeds
+from conformance.judge.tolerance import (
     compare,
     compare_to_oracle,
     max_error,
     naive_baseline_vjp,
     summation_slack,
 )
-from impls.dtypes import UNIT_ROUNDOFF, round_to
+from spec.dtypes import UNIT_ROUNDOFF, round_to
 from spec.formula import reference_attention, reference_scores, reference_vjp
 
 LENGTHS = (1, 2, 3, 17, 63, 64, 65, 97, 113, 127, 128, 129, 1023, 1024, 1025)

@@ -9,18 +9,18 @@ import math
 import numpy as np
 import pytest
 
-from conformance.assertions import (
+from conformance.judge.assertions import (
     assert_equal,
     assert_matches_oracle,
     assert_shape,
     assert_within_budget,
     fail,
 )
-from conformance.harness import Case
-from conformance.measurements import MATH_SEED, sample_dot_products, saturation
-from conformance.probe import all_weights
-from conformance.tolerance import compare, max_error, naive_baseline_weights
-from impls.dtypes import SMALLEST_SUBNORMAL
+from conformance.judge.harness import Case
+from conformance.judge.measurements import MATH_SEED, sample_dot_products, saturation
+from conformance.judge.probe import all_weights
+from conformance.judge.tolerance import compare, max_error, naive_baseline_weights
+from spec.dtypes import SMALLEST_SUBNORMAL
 from spec.formula import (
     causal_mask,
     reference_attention,

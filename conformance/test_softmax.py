@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.assertions import assert_matches_oracle, fail
-from conformance.harness import Case
-from conformance.probe import all_weights
-from conformance.tolerance import summation_slack
-from impls.dtypes import UNIT_ROUNDOFF, round_to
+from conformance.judge.assertions import assert_matches_oracle, fail
+from conformance.judge.harness import Case
+from conformance.judge.probe import all_weights
+from conformance.judge.tolerance import summation_slack
+from spec.dtypes import UNIT_ROUNDOFF, round_to
 from spec.formula import reference_attention, reference_scores
 
 WEIGHT_CASES = [

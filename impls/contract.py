@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from impls.dtypes import DTYPES, check_dtype, numpy_storage
+from spec.dtypes import DTYPES, check_dtype, numpy_storage
 from spec.formula import causal_mask, resolve_scale  # the contract's mask and scale
 
 PLAIN_SIGNATURE = "fn(q, k, v, *, causal=True, scale=None) -> numpy.ndarray"
@@ -160,7 +160,7 @@ class Implementation(ABC):
 
     @abstractmethod
     def dtype_name(self, native: Any) -> str:
-        """The name (as in :data:`impls.dtypes.DTYPES`) of a native array's dtype."""
+        """The name (as in :data:`spec.dtypes.DTYPES`) of a native array's dtype."""
 
     def device_of(self, native: Any) -> str:
         return self.device

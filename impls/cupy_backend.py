@@ -30,7 +30,7 @@ from impls.contract import (
     validate_inputs,
 )
 from impls.cuda_kernels import COMMON_OPTIONS, FLASH_HEAD_DIMS, SOURCES, flash_entry_point
-from impls.dtypes import numpy_storage
+from spec.dtypes import numpy_storage
 from impls.numpy_flash import BLOCK_M
 
 try:

@@ -6,7 +6,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from impls.dtypes import check_dtype
+from spec.dtypes import check_dtype
 
 GATES_PATH = Path(__file__).with_name("gates.toml")
 FIELDS = {"id", "device", "subject", "baseline", "shape", "dtype", "causal", "max_time_ratio"}

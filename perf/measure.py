@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from conformance.harness import Case, Subject
-from conformance.tolerance import compare_to_oracle
+from conformance.judge.harness import Case, Subject
+from conformance.judge.tolerance import compare_to_oracle
 from impls.registry import RegistryError, resolve
 from perf.gates import Gate
 from perf.timing import attention_flops, interleaved

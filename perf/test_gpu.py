@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.harness import Case
+from conformance.judge.harness import Case
 from perf.gates import load_gates
 from perf.measure import (
     available,

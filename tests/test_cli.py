@@ -119,7 +119,7 @@ def test_run_writes_json_html_and_junit(mutant_run):
 
 
 def test_html_report_renders_without_matplotlib(monkeypatch, mutant_run):
-    from conformance.html_report import render_html
+    from conformance.report.html import render_html
 
     _, out = mutant_run
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.tolerance import compare_to_oracle
+from conformance.judge.tolerance import compare_to_oracle
 from impls.cuda_kernels import FLASH_HEAD_DIMS
-from impls.dtypes import round_to
+from spec.dtypes import round_to
 from spec.formula import reference_log_sum_exp
 from tests import cuda_emulation
 

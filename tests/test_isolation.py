@@ -89,7 +89,7 @@ def test_the_judge_never_imports_the_implementations_module(tmp_path):
     """A module that patches the suite at import time changes nothing: it is imported in its
     worker only."""
     (tmp_path / "patches_on_import.py").write_text(
-        "import conformance.tolerance as t\n"
+        "import conformance.judge.tolerance as t\n"
         "t.Comparison.ok = property(lambda self: True)\n"
         "import numpy as np\n"
         "def attention(q, k, v, *, causal=True, scale=None):\n"

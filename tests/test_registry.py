@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.selection import select
+from conformance.run.selection import select
 from impls import PlainCallable, RegistryError, resolve
 from impls.registry import BUILTINS
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.tolerance import BUDGETS, compare, max_error, naive_baseline
-from impls.dtypes import DTYPES, UNIT_ROUNDOFF, round_to
+from conformance.judge.tolerance import BUDGETS, compare, max_error, naive_baseline
+from spec.dtypes import DTYPES, UNIT_ROUNDOFF, round_to
 from spec.formula import reference_attention, reference_vjp
 
 

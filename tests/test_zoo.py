@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.tolerance import compare_to_oracle
-from impls.dtypes import round_to
+from conformance.judge.tolerance import compare_to_oracle
+from spec.dtypes import round_to
 from tests.zoo import FAMILIES, load_members
 from tests.zoo.kill_matrix import (
     README_END,

@@ -39,7 +39,7 @@ def raises_keyboard_interrupt(q, k, v, *, causal=True, scale=None):
 def patches_the_suite(q, k, v, *, causal=True, scale=None):
     """Replaces the tolerance check by True and the assertion helpers by no-ops, then answers
     wrongly."""
-    for name in ("conformance.tolerance", "conformance.assertions"):
+    for name in ("conformance.judge.tolerance", "conformance.judge.assertions"):
         module = sys.modules.get(name) or __import__(name, fromlist=["_"])
         if hasattr(module, "Comparison"):
             module.Comparison.ok = property(lambda self: True)

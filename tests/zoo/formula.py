@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.measurements import softmax_rows
+from conformance.judge.measurements import softmax_rows
 from impls.contract import causal_mask, resolve_scale
 
 

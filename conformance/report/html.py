@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from conformance.harness import Case, Subject
-from conformance.measurements import dot_product_std, saturation
-from conformance.probe import recover_weights
-from conformance.report import matrix_lines
-from conformance.workers import (
+from conformance.judge.harness import Case, Subject
+from conformance.judge.measurements import dot_product_std, saturation
+from conformance.judge.probe import recover_weights
+from conformance.report.json_report import matrix_lines
+from conformance.run.workers import (
     ImplementationBroke,
     ImplementationDied,
     ImplementationRaised,

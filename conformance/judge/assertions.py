@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.harness import Case, Subject
-from conformance.tolerance import Comparison, compare_to_oracle
-from conformance.workers import ImplementationRaised
+from conformance.judge.harness import Case, Subject
+from conformance.judge.tolerance import Comparison, compare_to_oracle
+from conformance.run.workers import ImplementationRaised
 from impls.contract import CONVENTIONS
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.tolerance import compare_to_oracle
+from conformance.judge.tolerance import compare_to_oracle
 
 
 def broadcast_batch_axes(got, q, k, v, *, dtype: str, scale) -> tuple[str | None, str]:

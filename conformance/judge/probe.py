@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.harness import Case, Subject
+from conformance.judge.harness import Case, Subject
 
 
 def one_hot_values(case: Case, first_key: int) -> np.ndarray:

@@ -17,7 +17,7 @@ float64, whose baseline *is* the oracle's computation and so has no error at all
 rounding of the scores (a score s is off by up to u|s|, which exp() turns into a relative error
 of u|s| in its weight).
 
-Run ``python -m conformance.tolerance`` to see where the built-ins sit inside these budgets.
+Run ``python -m conformance.judge.tolerance`` to see where the built-ins sit inside these budgets.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from impls.dtypes import UNIT_ROUNDOFF, check_dtype, round_to
+from spec.dtypes import UNIT_ROUNDOFF, check_dtype, round_to
 from spec.formula import causal_mask, reference_attention, reference_scores, resolve_scale
 
 
@@ -59,7 +59,7 @@ BUDGETS = {
         reason=(
             "Two float32 evaluations with different matmul blocking have errors of the same order "
             "but not the same maximum: torch_sdpa's float32 error has been seen at up to 2.2x the "
-            "baseline's (python -m conformance.tolerance prints the ratio), so 3x is tight yet "
+            "baseline's (python -m conformance.judge.tolerance prints the ratio), so 3x is tight yet "
             "free of false alarms."
         ),
     ),
@@ -252,7 +252,7 @@ def compare_to_oracle(
 
 def survey(implementations, cases) -> list[tuple[str, str, float, float]]:
     """(implementation, dtype, worst budget fraction, worst error / baseline error) per dtype."""
-    from conformance.harness import Subject
+    from conformance.judge.harness import Subject
 
     rows = []
     for impl in implementations:
@@ -281,7 +281,7 @@ def survey(implementations, cases) -> list[tuple[str, str, float, float]]:
 
 
 def main() -> None:
-    from conformance.harness import Case
+    from conformance.judge.harness import Case
     from impls.registry import builtin_implementations
 
     cases = [

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conformance.workers import ImplementationBroke, ImplementationClient
-from impls.dtypes import round_to
+from conformance.run.workers import ImplementationBroke, ImplementationClient
+from spec.dtypes import round_to
 from spec.formula import causal_mask
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.workers import (
+from conformance.run.workers import (
     ImplementationBroke,
     ImplementationClient,
     ImplementationDied,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from conformance.workers import ImplementationClient, open_clients
+from conformance.run.workers import ImplementationClient, open_clients
 from impls.registry import BUILTINS, RegistryError
 
 ENV_VAR = "ATTNSPEC_IMPL"
@@ -60,7 +60,7 @@ def select(
     descriptions: dict[str, dict] | None = None,
 ) -> list[Selected]:
     """The selection: ``--impl`` wins, then ``$ATTNSPEC_IMPL``, then every built-in, each
-    implementation behind a client of its own worker (see :mod:`conformance.workers`).
+    implementation behind a client of its own worker (see :mod:`conformance.run.workers`).
 
     Raises :class:`impls.registry.RegistryError` for a name that resolves to nothing.
     """

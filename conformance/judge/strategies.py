@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from conformance.harness import Case
+from conformance.judge.harness import Case
 
 
 @st.composite
