@@ -1,7 +1,7 @@
 """The pytest wiring of attnspec: options, markers, parametrisation, fixtures, header, summary.
 
-Hooks only; the logic lives in :mod:`conformance.run.selection`, :mod:`conformance.judge.harness` and
-:mod:`conformance.run.ledger`.
+Hooks only; the logic lives in :mod:`conformance.run`, :mod:`conformance.judge` and
+:mod:`conformance.report`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pytest
 from conformance.judge.harness import Subject
 from conformance.judge.preflight import preflight_failure
 from conformance.report.json_report import build_report, report_path_problem, write_report
+from conformance.run.ledger import MATHEMATICS, Ledger
 from conformance.run.selection import ENV_VAR, Selected, select
 from conformance.run.selection import claim_patterns as selection_claim_patterns
-from conformance.run.ledger import MATHEMATICS, Ledger
 from conformance.run.workers import (
     DEFAULT_CALL_TIMEOUT,
     ImplementationBroke,
@@ -131,8 +131,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=Path,
         default=None,
         metavar="PATH",
-        help="write the verdict per implementation and claim as JSON (schema "
-        "attnspec-report/1, documented in conformance/report/json_report.py) to PATH. Default: no file.",
+        help="write the verdict per implementation and claim as JSON (schema attnspec-report/1, "
+        "documented in conformance/report/json_report.py) to PATH. Default: no file.",
     )
     group.addoption(
         "--report-html",

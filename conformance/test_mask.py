@@ -11,9 +11,8 @@ import pytest
 from conformance.judge.assertions import assert_identical, assert_matches_oracle, fail
 from conformance.judge.harness import Case
 from conformance.judge.probe import all_weights
-from conformance.judge.tolerance import accumulation_dtype
 from spec.dtypes import DTYPES, LARGEST_FINITE, UNIT_ROUNDOFF, round_to
-from spec.formula import causal_mask, reference_attention
+from spec.formula import accumulation_dtype, causal_mask, reference_attention, softmax
 
 MASK_CASES = [
     Case(batch=2, heads=2, tq=65, head_dim=16),
@@ -177,8 +176,7 @@ def masked_softmax(scores: np.ndarray, fill: float, dtype: str) -> np.ndarray:
     filled = np.where(causal_mask(*scores.shape[-2:]), scores, round_to(np.array(fill), dtype))
     filled = round_to(filled, dtype).astype(work)
     with np.errstate(invalid="ignore", over="ignore"):
-        weights = np.exp(filled - filled.max(axis=-1, keepdims=True))
-        return round_to(weights / weights.sum(axis=-1, keepdims=True), dtype)
+        return round_to(softmax(filled), dtype)
 
 
 @pytest.mark.claim("MASK-FILL")

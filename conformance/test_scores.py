@@ -19,10 +19,11 @@ from conformance.judge.assertions import (
 from conformance.judge.harness import Case
 from conformance.judge.measurements import MATH_SEED, sample_dot_products, saturation
 from conformance.judge.probe import all_weights
-from conformance.judge.tolerance import compare, max_error, naive_baseline_weights
+from conformance.judge.tolerance import compare, max_error
 from spec.dtypes import SMALLEST_SUBNORMAL
 from spec.formula import (
     causal_mask,
+    naive_baseline_weights,
     reference_attention,
     reference_scores,
     reference_weights,

@@ -30,8 +30,8 @@ from impls.contract import (
     validate_inputs,
 )
 from impls.cuda_kernels import COMMON_OPTIONS, FLASH_HEAD_DIMS, SOURCES, flash_entry_point
-from spec.dtypes import numpy_storage
 from impls.numpy_flash import BLOCK_M
+from spec.dtypes import numpy_storage
 
 try:
     import cupy

@@ -1,10 +1,12 @@
-"""The formula: the float64 oracle every implementation is judged against, owned by the spec.
+"""The formula, in one place: the mask and scale rules, the softmax, the float64 oracle every
+implementation is judged against, and the naive same-dtype baseline its error budget is measured
+with.
 
     Attention(Q, K, V) = softmax(mask(Q K^T / sqrt(d_k))) V
 
 Written to be read next to the document rather than to be fast. The judge (``conformance/``)
 takes its truth from here, never from the package of things it judges; ``impls.numpy_reference``
-wraps these functions as an implementation, so the oracle is itself judged by the suite.
+wraps the oracle as an implementation, so the oracle is itself judged by the suite.
 
 Causal attention is bottom-right aligned: query row i sits at absolute position i + Tk - Tq and
 sees keys j <= i + Tk - Tq. ``scale=None`` means 1/sqrt(D).
@@ -16,6 +18,8 @@ import math
 
 import numpy as np
 
+from spec.dtypes import check_dtype, round_to
+
 
 def resolve_scale(scale: float | None, head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
@@ -24,6 +28,14 @@ def resolve_scale(scale: float | None, head_dim: int) -> float:
 def causal_mask(tq: int, tk: int) -> np.ndarray:
     """Boolean (Tq, Tk) mask, True where query i may see key j: j <= i + Tk - Tq."""
     return np.tril(np.ones((tq, tk), dtype=bool), k=tk - tq)
+
+
+def softmax(scores: np.ndarray) -> np.ndarray:
+    """Row softmax over the last axis, in the scores' own dtype. A row of -inf (no visible key)
+    gives NaN: nothing defines its weights."""
+    # Subtracting the row maximum leaves the softmax unchanged and keeps exp() from overflowing.
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return weights / weights.sum(axis=-1, keepdims=True)
 
 
 def reference_scores(q: np.ndarray, k: np.ndarray, scale: float | None = None) -> np.ndarray:
@@ -51,11 +63,7 @@ def reference_log_sum_exp(q, k, *, causal: bool = True, scale: float | None = No
 
 def reference_weights(q, k, *, causal: bool = True, scale: float | None = None) -> np.ndarray:
     """softmax(mask(scores)) row by row, (B, H, Tq, Tk), in float64."""
-    scores = reference_masked_scores(q, k, causal=causal, scale=scale)
-    # Subtracting the row maximum leaves the softmax unchanged and keeps exp() from overflowing.
-    shifted = scores - scores.max(axis=-1, keepdims=True)
-    weights = np.exp(shifted)
-    return weights / weights.sum(axis=-1, keepdims=True)
+    return softmax(reference_masked_scores(q, k, causal=causal, scale=scale))
 
 
 def reference_attention(q, k, v, *, causal: bool = True, scale: float | None = None) -> np.ndarray:
@@ -80,3 +88,62 @@ def reference_vjp(q, k, v, grad_out, *, causal: bool = True, scale: float | None
     grad_q = scale * grad_scores @ k
     grad_k = scale * grad_scores.swapaxes(-1, -2) @ q
     return grad_q, grad_k, grad_v
+
+
+# The naive baseline: the yardstick of the error budget (conformance/judge/tolerance.py): the
+# formula above evaluated step by step in the dtype under test, every intermediate rounded to it
+# and sums in float32, as a straightforward kernel in that dtype computes it.
+
+
+def naive_baseline_weights(q, k, *, dtype: str, causal: bool = True, scale: float | None = None):
+    """The weights softmax(mask(q k^T * scale)) as a straightforward kernel in ``dtype`` has them:
+    the score matmul and the weights stored in the dtype, float32 accumulation. Float64 out."""
+    accumulate = _accumulation(dtype)
+    q, k = (_rounded(x, dtype) for x in (q, k))
+    scale = accumulate(resolve_scale(scale, q.shape[-1]))
+    scores = _rounded(_rounded(q @ k.swapaxes(-1, -2), dtype) * scale, dtype)
+    if causal:
+        scores = np.where(causal_mask(*scores.shape[-2:]), scores, -np.inf)
+    return _rounded(softmax(scores), dtype).astype(np.float64)
+
+
+def naive_baseline(q, k, v, *, dtype: str, causal: bool = True, scale: float | None = None):
+    """The formula in ``dtype``: every intermediate rounded to it, accumulation in float32.
+
+    This is what a straightforward kernel in that dtype computes (matmul outputs and the softmax
+    weights stored in the dtype), so its error is the yardstick for the dtype. Returns float64.
+    """
+    weights = naive_baseline_weights(q, k, dtype=dtype, causal=causal, scale=scale)
+    accumulate = _accumulation(dtype)
+    return _rounded(weights.astype(accumulate) @ _rounded(v, dtype), dtype).astype(np.float64)
+
+
+def naive_baseline_vjp(q, k, v, grad_out, *, dtype: str, causal=True, scale=None):
+    """Gradients (dq, dk, dv) as a straightforward backward pass in ``dtype`` computes them: the
+    oracle's steps (see ``reference_vjp``) with every intermediate rounded to the dtype."""
+    accumulate = _accumulation(dtype)
+    q, k, v, grad_out = (_rounded(x, dtype) for x in (q, k, v, grad_out))
+    weights = naive_baseline_weights(q, k, dtype=dtype, causal=causal, scale=scale).astype(
+        accumulate
+    )
+    scale = accumulate(resolve_scale(scale, q.shape[-1]))
+    grad_v = _rounded(weights.swapaxes(-1, -2) @ grad_out, dtype)
+    grad_weights = _rounded(grad_out @ v.swapaxes(-1, -2), dtype)
+    row_dot = (grad_weights * weights).sum(axis=-1, keepdims=True)
+    grad_scores = _rounded(weights * (grad_weights - row_dot), dtype)
+    grad_q = _rounded(scale * grad_scores @ k, dtype)
+    grad_k = _rounded(scale * grad_scores.swapaxes(-1, -2) @ q, dtype)
+    return tuple(g.astype(np.float64) for g in (grad_q, grad_k, grad_v))
+
+
+def accumulation_dtype(dtype: str) -> str:
+    """Where a kernel in ``dtype`` sums: float64 for float64, float32 for everything narrower."""
+    return "float64" if check_dtype(dtype) == "float64" else "float32"
+
+
+def _accumulation(dtype: str):
+    return np.dtype(accumulation_dtype(dtype)).type
+
+
+def _rounded(x, dtype: str) -> np.ndarray:
+    return round_to(x, dtype).astype(_accumulation(dtype))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.judge.tolerance import BUDGETS, compare, max_error, naive_baseline
+from conformance.judge.tolerance import BUDGETS, compare, max_error
 from spec.dtypes import DTYPES, UNIT_ROUNDOFF, round_to
-from spec.formula import reference_attention, reference_vjp
+from spec.formula import naive_baseline, reference_attention, reference_vjp
 
 
 def test_every_dtype_has_a_budget_with_a_reason():

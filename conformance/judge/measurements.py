@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from spec.formula import causal_mask
+from spec.formula import causal_mask, softmax
 
 MATH_SEED = 20170612
 SATURATION_KEYS = 128
@@ -30,11 +30,6 @@ def dot_product_std(d: int, samples: int = 8000, unit_norm: bool = False) -> flo
     return float(np.sqrt(np.mean(sample_dot_products(rng, d, samples, unit_norm) ** 2)))
 
 
-def softmax_rows(scores: np.ndarray) -> np.ndarray:
-    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return weights / weights.sum(axis=-1, keepdims=True)
-
-
 def jacobian_norms(weights: np.ndarray) -> np.ndarray:
     """Frobenius norm of each row's softmax Jacobian diag(p) - p p^T."""
     n = weights.shape[-1]
@@ -47,7 +42,7 @@ def saturation(d_k: int, scale: float) -> tuple[float, float, float]:
     over 128 rows of 128 keys with unit-variance q, k."""
     rng = np.random.default_rng([MATH_SEED, d_k])
     q, k = rng.standard_normal((2, SATURATION_KEYS, d_k))
-    weights = softmax_rows(q @ k.T * scale)
+    weights = softmax(q @ k.T * scale)
     norms = jacobian_norms(weights)
     return float(weights.max(axis=1).mean()), float((norms < 1e-2).mean()), float(np.median(norms))
 
@@ -57,7 +52,7 @@ def masked_softmax_example(t: int = 5, d_k: int = 4) -> np.ndarray:
     rng = np.random.default_rng([MATH_SEED, t, d_k])
     q, k = rng.standard_normal((2, t, d_k))
     scores = np.where(causal_mask(t, t), q @ k.T / math.sqrt(d_k), -np.inf)
-    return softmax_rows(scores)
+    return softmax(scores)
 
 
 def andrea_numbers() -> dict[str, object]:

@@ -17,7 +17,7 @@ float64, whose baseline *is* the oracle's computation and so has no error at all
 rounding of the scores (a score s is off by up to u|s|, which exp() turns into a relative error
 of u|s| in its weight).
 
-Run ``python -m conformance.judge.tolerance`` to see where the built-ins sit inside these budgets.
+Run ``python -m conformance.judge.survey`` to see where the built-ins sit inside these budgets.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spec.dtypes import UNIT_ROUNDOFF, check_dtype, round_to
-from spec.formula import causal_mask, reference_attention, reference_scores, resolve_scale
+from spec.dtypes import UNIT_ROUNDOFF, check_dtype
+from spec.formula import accumulation_dtype, naive_baseline, reference_attention, reference_scores
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ BUDGETS = {
         reason=(
             "Two float32 evaluations with different matmul blocking have errors of the same order "
             "but not the same maximum: torch_sdpa's float32 error has been seen at up to 2.2x the "
-            "baseline's (python -m conformance.judge.tolerance prints the ratio), so 3x is tight yet "
+            "baseline's (python -m conformance.judge.survey prints the ratio), so 3x is tight yet "
             "free of false alarms."
         ),
     ),
@@ -87,67 +87,12 @@ def budget_for(dtype: str) -> Budget:
     return BUDGETS[check_dtype(dtype)]
 
 
-def naive_baseline_weights(q, k, *, dtype: str, causal: bool = True, scale: float | None = None):
-    """The weights softmax(mask(q k^T * scale)) as a straightforward kernel in ``dtype`` has them:
-    the score matmul and the weights stored in the dtype, float32 accumulation. Float64 out."""
-    accumulate = _accumulation(dtype)
-    q, k = (_rounded(x, dtype) for x in (q, k))
-    scale = accumulate(resolve_scale(scale, q.shape[-1]))
-    scores = _rounded(_rounded(q @ k.swapaxes(-1, -2), dtype) * scale, dtype)
-    if causal:
-        scores = np.where(causal_mask(*scores.shape[-2:]), scores, -np.inf)
-    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return _rounded(weights / weights.sum(axis=-1, keepdims=True), dtype).astype(np.float64)
-
-
-def naive_baseline(q, k, v, *, dtype: str, causal: bool = True, scale: float | None = None):
-    """The formula in ``dtype``: every intermediate rounded to it, accumulation in float32.
-
-    This is what a straightforward kernel in that dtype computes (matmul outputs and the softmax
-    weights stored in the dtype), so its error is the yardstick for the dtype. Returns float64.
-    """
-    weights = naive_baseline_weights(q, k, dtype=dtype, causal=causal, scale=scale)
-    accumulate = _accumulation(dtype)
-    return _rounded(weights.astype(accumulate) @ _rounded(v, dtype), dtype).astype(np.float64)
-
-
-def naive_baseline_vjp(q, k, v, grad_out, *, dtype: str, causal=True, scale=None):
-    """Gradients (dq, dk, dv) as a straightforward backward pass in ``dtype`` computes them: the
-    oracle's steps (see ``reference_vjp``) with every intermediate rounded to the dtype."""
-    accumulate = _accumulation(dtype)
-    q, k, v, grad_out = (_rounded(x, dtype) for x in (q, k, v, grad_out))
-    weights = naive_baseline_weights(q, k, dtype=dtype, causal=causal, scale=scale).astype(
-        accumulate
-    )
-    scale = accumulate(resolve_scale(scale, q.shape[-1]))
-    grad_v = _rounded(weights.swapaxes(-1, -2) @ grad_out, dtype)
-    grad_weights = _rounded(grad_out @ v.swapaxes(-1, -2), dtype)
-    row_dot = (grad_weights * weights).sum(axis=-1, keepdims=True)
-    grad_scores = _rounded(weights * (grad_weights - row_dot), dtype)
-    grad_q = _rounded(scale * grad_scores @ k, dtype)
-    grad_k = _rounded(scale * grad_scores.swapaxes(-1, -2) @ q, dtype)
-    return tuple(g.astype(np.float64) for g in (grad_q, grad_k, grad_v))
-
-
-def accumulation_dtype(dtype: str) -> str:
-    """Where a kernel in ``dtype`` sums: float64 for float64, float32 for everything narrower."""
-    return "float64" if check_dtype(dtype) == "float64" else "float32"
-
-
 def summation_slack(dtype: str, terms: int) -> float:
     """Relative rounding a weighted sum of ``terms`` values with weights summing to 1 may commit:
     storing each weight in ``dtype`` moves it by at most u (the relative errors are weighted by
     weights summing to 1), and summing adds ``terms`` roundoffs of the accumulation type. Twice
     the first allows for rounding both weights and result: 4 u(dtype) + terms u(accumulation)."""
     return 4 * UNIT_ROUNDOFF[dtype] + terms * UNIT_ROUNDOFF[accumulation_dtype(dtype)]
-
-
-def _accumulation(dtype: str):
-    return np.dtype(accumulation_dtype(dtype)).type
-
-
-def _rounded(x, dtype: str) -> np.ndarray:
-    return round_to(x, dtype).astype(_accumulation(dtype))
 
 
 @dataclass(frozen=True)
@@ -248,63 +193,3 @@ def compare_to_oracle(
         magnitude=float(np.max(np.abs(v))),
         max_score=float(np.max(np.abs(reference_scores(q, k, scale)))),
     )
-
-
-def survey(implementations, cases) -> list[tuple[str, str, float, float]]:
-    """(implementation, dtype, worst budget fraction, worst error / baseline error) per dtype."""
-    from conformance.judge.harness import Subject
-
-    rows = []
-    for impl in implementations:
-        if impl.unavailable_reason():
-            continue
-        for dtype in impl.capabilities.dtypes:
-            worst_fraction = worst_ratio = 0.0
-            for number, case in enumerate(cases):
-                case = case.with_(dtype=dtype)
-                subject = Subject(impl, impl.name, seed=number, test_id="survey")
-                q, k, v = subject.inputs(case)
-                result = compare_to_oracle(
-                    subject.call(case, q, k, v),
-                    q,
-                    k,
-                    v,
-                    dtype=dtype,
-                    causal=case.causal,
-                    scale=case.scale,
-                )
-                worst_fraction = max(worst_fraction, result.budget_fraction)
-                if result.baseline_error > 0:
-                    worst_ratio = max(worst_ratio, result.max_abs / result.baseline_error)
-            rows.append((impl.name, dtype, worst_fraction, worst_ratio))
-    return rows
-
-
-def main() -> None:
-    from conformance.judge.harness import Case
-    from impls.registry import builtin_implementations
-
-    cases = [
-        Case(batch=1, heads=2, tq=tq, tk=tk, head_dim=d, causal=causal)
-        for tq, tk, d in (
-            (1024, 1024, 64),
-            (129, 129, 64),
-            (65, 65, 256),
-            (64, 1024, 32),
-            (17, 17, 1),
-        )
-        for causal in (True, False)
-    ]
-    print(f"{'implementation':<18} {'dtype':<9} {'of budget':>9} {'err/baseline':>12}")
-    for name, dtype, fraction, ratio in survey(builtin_implementations(), cases):
-        ratio_text = f"{ratio:12.2f}" if ratio else f"{'(exact)':>12}"
-        print(f"{name:<18} {dtype:<9} {fraction:9.3f} {ratio_text}")
-    for budget in BUDGETS.values():
-        print(
-            f"\n{budget.dtype}: {budget.baseline_factor:g} x baseline + {budget.floor_u:g}u floor. "
-            f"{budget.reason}"
-        )
-
-
-if __name__ == "__main__":
-    main()

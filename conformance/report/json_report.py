@@ -36,8 +36,8 @@ import platform
 import textwrap
 from pathlib import Path
 
-from conformance.run.selection import Selected
 from conformance.run.ledger import MATHEMATICS, Ledger
+from conformance.run.selection import Selected
 from spec.catalogue import load_catalogue
 
 SCHEMA = "attnspec-report/1"

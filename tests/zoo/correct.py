@@ -10,7 +10,7 @@ import numpy as np
 
 from impls.contract import causal_mask
 from tests.zoo import correct_variant
-from tests.zoo.formula import attend, scores_of, softmax_rows
+from tests.zoo.formula import attend, scores_of, softmax
 from tests.zoo.streaming import streaming_attention
 
 
@@ -21,7 +21,7 @@ def fill_minus_1e9(q, k, v, *, causal=True, scale=None):
     scores = scores_of(q, k, scale)
     if causal:
         scores = np.where(causal_mask(*scores.shape[-2:]), scores, scores.dtype.type(-1e9))
-    return (softmax_rows(scores) @ v).astype(q.dtype)
+    return (softmax(scores) @ v).astype(q.dtype)
 
 
 @correct_variant
@@ -59,7 +59,7 @@ def keys_summed_in_reverse(q, k, v, *, causal=True, scale=None):
     reverse = slice(None, None, -1)
     visible = causal_mask(q.shape[-2], k.shape[-2])[:, reverse] if causal else True
     scores = np.where(visible, scores_of(q, k[..., reverse, :], scale), -np.inf)
-    return (softmax_rows(scores) @ v[..., reverse, :]).astype(q.dtype)
+    return (softmax(scores) @ v[..., reverse, :]).astype(q.dtype)
 
 
 @correct_variant

@@ -13,7 +13,7 @@ import numpy as np
 
 from impls.contract import causal_mask, resolve_scale
 from tests.zoo import mutant
-from tests.zoo.formula import attend, masked, scores_of, softmax_rows
+from tests.zoo.formula import attend, masked, scores_of, softmax
 from tests.zoo.streaming import streaming_attention
 
 # --- scaling ------------------------------------------------------------------------------------
@@ -80,7 +80,7 @@ def scale_from_padded_head_dim(q, k, v, *, causal=True, scale=None):
 def _attend_with_visibility(q, k, v, visible, scale):
     scores = np.where(visible, scores_of(q, k, scale), -np.inf)
     with np.errstate(invalid="ignore"):
-        return (softmax_rows(scores) @ v).astype(q.dtype)
+        return (softmax(scores) @ v).astype(q.dtype)
 
 
 @mutant("masking", "MASK-ZERO")
@@ -129,7 +129,7 @@ def additive_mask_minus_1e4(q, k, v, *, causal=True, scale=None):
     scores = scores_of(q, k, scale)
     if causal:
         scores = scores + np.where(causal_mask(*scores.shape[-2:]), 0, -1e4).astype(scores.dtype)
-    return (softmax_rows(scores) @ v).astype(q.dtype)
+    return (softmax(scores) @ v).astype(q.dtype)
 
 
 @mutant("masking", "MASK-ZERO")
@@ -139,7 +139,7 @@ def mask_multiplies_scores_by_zero(q, k, v, *, causal=True, scale=None):
     scores = scores_of(q, k, scale)
     if causal:
         scores = scores * causal_mask(*scores.shape[-2:])
-    return (softmax_rows(scores) @ v).astype(q.dtype)
+    return (softmax(scores) @ v).astype(q.dtype)
 
 
 @mutant("masking", "OUT-FORMULA", hidden_at_easy_shape=True)
@@ -238,7 +238,7 @@ def split_k_in_random_order(q, k, v, *, causal=True, scale=None):
     order = np.random.default_rng().permutation(k.shape[-2])
     visible = causal_mask(q.shape[-2], k.shape[-2])[:, order] if causal else True
     scores = np.where(visible, scores_of(q, k[..., order, :], scale), -np.inf)
-    return (softmax_rows(scores) @ v[..., order, :]).astype(q.dtype)
+    return (softmax(scores) @ v[..., order, :]).astype(q.dtype)
 
 
 # --- layout -------------------------------------------------------------------------------------
@@ -295,7 +295,7 @@ def float64_out_for_float32_in(q, k, v, *, causal=True, scale=None):
 def probabilities_rounded_to_half(q, k, v, *, causal=True, scale=None):
     """Rounds the probabilities to float16 before the product with V, as a kernel that feeds P to
     a half-precision matmul even for float32 inputs."""
-    weights = softmax_rows(masked(scores_of(q, k, scale), causal))
+    weights = softmax(masked(scores_of(q, k, scale), causal))
     return (weights.astype(np.float16).astype(q.dtype) @ v).astype(q.dtype)
 
 
@@ -315,7 +315,7 @@ def squeezes_singleton_axes(q, k, v, *, causal=True, scale=None):
     """Squeezes the scores before the softmax (code written for 2-D matrices): when Tk = 1 the key
     axis disappears and the softmax runs over queries or heads instead."""
     scores = masked(scores_of(q, k, scale), causal)
-    weights = softmax_rows(np.squeeze(scores)).reshape(scores.shape)
+    weights = softmax(np.squeeze(scores)).reshape(scores.shape)
     return (weights @ v).astype(q.dtype)
 
 

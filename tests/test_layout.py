@@ -1,0 +1,132 @@
+"""The folders tell the story: each layer imports only from the layers below it, and the formula
+has one home (spec/formula.py) that the judge never restates."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.suite_process import ROOT
+
+# Lowest first. A module may import from its own layer and those before it, never after.
+LAYERS = (
+    (("spec",), "what must hold: the claims, the dtypes, the formula and its oracle"),
+    (("impls",), "what is judged"),
+    (("conformance.run",), "the session: selection, workers, what was recorded"),
+    (("conformance.judge",), "one test's judgement: cases, assertions, tolerance"),
+    (("conformance.report",), "what the run says: tables, JSON, HTML"),
+    (("conformance",), "the pytest wiring, the attnspec command and the tests of the claims"),
+    (("perf", "tests"), "performance gates and the project's own tests, on top of everything"),
+)
+# Calls that compute the formula's pieces (softmax, mask): only spec/formula.py may make them on
+# the judge's side, so that the truth and the yardstick cannot drift apart.
+FORMULA_CALLS = {"exp", "exp2", "expm1", "logaddexp", "logsumexp", "log_softmax", "tril", "triu"}
+JUDGE_SIDE = ("conformance", "perf")
+
+
+def layer_of(module: str) -> int | None:
+    ranks = [
+        (len(prefix), rank)
+        for rank, (prefixes, _) in enumerate(LAYERS)
+        for prefix in prefixes
+        if module == prefix or module.startswith(prefix + ".")
+    ]
+    return max(ranks)[1] if ranks else None
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_modules() -> list[Path]:
+    return [
+        path
+        for top in ("spec", "impls", "conformance", "perf", "tests")
+        for path in sorted((ROOT / top).rglob("*.py"))
+    ]
+
+
+def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def upward_imports(path: Path) -> list[str]:
+    own = layer_of(module_name(path))
+    problems = []
+    for line, imported in imported_modules(ast.parse(path.read_text(encoding="utf-8"))):
+        target = layer_of(imported)
+        if own is not None and target is not None and target > own:
+            problems.append(
+                f"{path.relative_to(ROOT)}:{line} imports {imported} "
+                f"({' '.join(LAYERS[target][0])}, above {' '.join(LAYERS[own][0])})"
+            )
+    return problems
+
+
+def formula_restatements(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in FORMULA_CALLS:
+                problems.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}()")
+    return problems
+
+
+def test_every_module_belongs_to_a_layer():
+    assert [str(p) for p in project_modules() if layer_of(module_name(p)) is None] == []
+
+
+def test_no_module_imports_from_a_layer_above_it():
+    problems = [problem for path in project_modules() for problem in upward_imports(path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_judge_never_restates_the_softmax_or_the_mask():
+    judge_side = [p for p in project_modules() if module_name(p).startswith(JUDGE_SIDE)]
+    problems = [problem for path in judge_side for problem in formula_restatements(path)]
+    assert not problems, (
+        "the formula's pieces belong in spec/formula.py; found on the judge's side:\n"
+        + "\n".join(problems)
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("import numpy as np\nw = np.exp(s - s.max())\n", True),
+        ("import numpy as np\nm = np.tril(np.ones((3, 3)))\n", True),
+        ("from math import exp\nw = [exp(x) for x in s]\n", True),
+        ("from spec.formula import softmax\nw = softmax(s)\n", False),
+    ],
+)
+def test_the_restatement_scan_sees_a_planted_softmax(tmp_path, source, found):
+    planted = ROOT / "conformance" / "_planted_for_test_layout.py"
+    try:
+        planted.write_text(source, encoding="utf-8")
+        assert bool(formula_restatements(planted)) is found
+    finally:
+        planted.unlink(missing_ok=True)
+
+
+def test_the_import_scan_sees_a_planted_upward_import():
+    planted = ROOT / "conformance" / "run" / "_planted_for_test_layout.py"
+    try:
+        planted.write_text("from conformance.judge.harness import Case\n", encoding="utf-8")
+        assert upward_imports(planted) == [
+            "conformance/run/_planted_for_test_layout.py:1 imports conformance.judge.harness "
+            "(conformance.judge, above conformance.run)"
+        ]
+    finally:
+        planted.unlink(missing_ok=True)
