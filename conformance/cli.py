@@ -10,8 +10,8 @@ held, 1 when one failed, 4 on a usage error, 5 when nothing was checked.
 from __future__ import annotations
 
 import argparse
-import ast
 import difflib
+import importlib
 import importlib.metadata
 import json
 import math
@@ -27,14 +27,16 @@ from conformance.judge.measurements import (
     masked_softmax_example,
     saturation,
 )
-from conformance.plugin import seed_value
-from conformance.report.json_report import failure_lines, matrix_lines, report_path_problem
-from conformance.run.selection import claim_patterns, split_names_or_fail
+from conformance.report.matrix import failure_lines, matrix_lines
+from conformance.report.tables import text_table
+from conformance.run.collection import claims_of
+from conformance.run.profiles import DEFAULT_PROFILE, PROFILES
+from conformance.run.selection import split_names_or_fail
+from conformance.run.settings import claim_patterns_value, report_path_value, seed_value
 from impls.registry import BUILTINS, RegistryError, entry_point_names, resolve
 from spec.catalogue import load_catalogue
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
-PROFILES = ("ci", "dev", "thorough")
 USAGE_ERROR = 2
 PYTEST_USAGE_ERROR = 4
 
@@ -76,10 +78,8 @@ def command_list(options: argparse.Namespace) -> int:
                 f"no: {reason}" if reason else "yes",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        cells = [text.ljust(width) for text, width in zip(row, widths, strict=False)]
-        print("  ".join([*cells, row[-1]]))
+    for line in text_table(rows):
+        print(line)
     if unresolved:
         return usage_error(f"--impl {', '.join(unresolved)}: not an implementation (see above)")
     return 0
@@ -100,8 +100,8 @@ def pytest_arguments(options: argparse.Namespace, report_json: Path) -> list[str
     args += ["-v", "-ra"] if options.verbose else ["-q", "--no-summary"]
     for value in options.impl or ():
         args += ["--impl", value]
-    for value in options.claims or ():
-        args += ["--claims", value]
+    for patterns in options.claims or ():
+        args += ["--claims", ",".join(patterns)]
     args += ["--hypothesis-profile", options.profile]
     if options.seed is not None:
         args += ["--attnspec-seed", str(options.seed)]
@@ -113,31 +113,21 @@ def pytest_arguments(options: argparse.Namespace, report_json: Path) -> list[str
         args += ["-n", str(options.workers), "--dist", "loadgroup"]
     if options.call_timeout:
         args += ["--call-timeout", str(options.call_timeout)]
-    if options.strict:
-        args.append("--strict")
+    if options.fail_on_should:
+        args.append("--fail-on-should")
     return args + list(options.pytest_args)
 
 
 def command_run(options: argparse.Namespace) -> int:
-    catalogue = load_catalogue()
-    for pattern in claim_patterns(options.claims):
-        if not catalogue.matching([pattern]):
-            return usage_error(
-                f"--claims {pattern} matches no claim; claims are: "
-                + ", ".join(c.id for c in catalogue)
-            )
+    if options.strict:
+        return usage_error(
+            "--strict is now --fail-on-should (pytest gives --strict a meaning of its own)"
+        )
     if options.impl is not None:
         try:
             split_names_or_fail(options.impl)
         except RegistryError as exc:
             return usage_error(str(exc))
-    for flag, path in (
-        ("--report-json", options.report_json),
-        ("--report-html", options.report_html),
-    ):
-        problem = report_path_problem(path) if path is not None else None
-        if problem:
-            return usage_error(f"{flag} {path}: {problem}")
     with tempfile.TemporaryDirectory(prefix="attnspec-run-") as scratch:
         report_json = options.report_json or Path(scratch) / "report.json"
         command = [sys.executable, "-m", "pytest", *pytest_arguments(options, report_json)]
@@ -171,24 +161,14 @@ def command_run(options: argparse.Namespace) -> int:
 
 
 def tests_of_claims() -> dict[str, list[str]]:
-    """claim -> conformance tests marked with it, read from the test modules' source."""
+    """claim -> conformance tests marked with it, read from the test modules' functions."""
     found: dict[str, list[str]] = {}
-    for module in sorted(CONFORMANCE_DIR.glob("test_*.py")):
-        tree = ast.parse(module.read_text(encoding="utf-8"))
-        for node in tree.body:
-            if not isinstance(node, ast.FunctionDef):
-                continue
-            for decorator in node.decorator_list:
-                if (
-                    isinstance(decorator, ast.Call)
-                    and isinstance(decorator.func, ast.Attribute)
-                    and decorator.func.attr == "claim"
-                ):
-                    for arg in decorator.args:
-                        if isinstance(arg, ast.Constant):
-                            found.setdefault(arg.value, []).append(
-                                f"conformance/{module.name}::{node.name}"
-                            )
+    for path in sorted(CONFORMANCE_DIR.glob("test_*.py")):
+        module = importlib.import_module(f"conformance.{path.stem}")
+        for name, function in vars(module).items():
+            if name.startswith("test_") and callable(function):
+                for claim in claims_of(function):
+                    found.setdefault(claim, []).append(f"conformance/{path.name}::{name}")
     return found
 
 
@@ -224,25 +204,30 @@ def command_explain(options: argparse.Namespace) -> int:
 def command_demo(options: argparse.Namespace) -> int:
     print("Dot products of independent standard-normal vectors grow as sqrt(d) (DOT-GROWTH);")
     print("for unit vectors they shrink as 1/sqrt(d) instead (its erratum):")
-    print(f"  {'d':>6}  {'std of q.k':>10}  {'sqrt(d)':>8}  {'unit vectors':>12}  {'1/sqrt(d)':>9}")
-    for d in (64, 256, 4096):
-        print(
-            f"  {d:>6}  {dot_product_std(d):>10.2f}  {math.sqrt(d):>8.0f}  "
-            f"{dot_product_std(d, unit_norm=True):>12.4f}  {1 / math.sqrt(d):>9.4f}"
+    rows = [("d", "std of q.k", "sqrt(d)", "unit vectors", "1/sqrt(d)")]
+    rows += [
+        (
+            f"{d}",
+            f"{dot_product_std(d):.2f}",
+            f"{math.sqrt(d):.0f}",
+            f"{dot_product_std(d, unit_norm=True):.4f}",
+            f"{1 / math.sqrt(d):.4f}",
         )
+        for d in (64, 256, 4096)
+    ]
+    for line in text_table(rows, right=range(5)):
+        print(f"  {line}")
     print()
     print("The softmax of unscaled scores is peaked; scaled by 1/sqrt(d_k) it is not")
     print("(SOFTMAX-SATURATION; 128 rows of 128 keys, mean largest weight, rows whose Jacobian")
     print("norm is below 1e-2):")
-    columns = ("unscaled max", "vanishing", "scaled max", "vanishing")
-    print(f"  {'d_k':>6}  " + "  ".join(columns))
+    rows = [("d_k", "unscaled max", "vanishing", "scaled max", "vanishing")]
     for d_k in (64, 256, 1024, 4096):
         unscaled, scaled = saturation(d_k, 1.0), saturation(d_k, 1 / math.sqrt(d_k))
         values = (unscaled[0], unscaled[1], scaled[0], scaled[1])
-        print(
-            f"  {d_k:>6}  "
-            + "  ".join(f"{v:>{len(c)}.3f}" for v, c in zip(values, columns, strict=True))
-        )
+        rows.append((f"{d_k}", *(f"{v:.3f}" for v in values)))
+    for line in text_table(rows, right=range(5)):
+        print(f"  {line}")
     print()
     weights = masked_softmax_example()
     print(f"Causal softmax rows of a small example (T = {len(weights)}, d_k = 4): zeros above the")
@@ -308,16 +293,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="implementations to judge (default: $ATTNSPEC_IMPL, else every built-in)",
     )
     run.add_argument(
-        "--claims", action="append", metavar="PATTERN[,PATTERN...]", help="default: every claim"
+        "--claims",
+        action="append",
+        type=claim_patterns_value,
+        metavar="PATTERN[,PATTERN...]",
+        help="default: every claim",
     )
     run.add_argument(
-        "--profile", choices=PROFILES, default="ci", help="hypothesis profile (default: ci)"
+        "--profile",
+        choices=PROFILES,
+        default=DEFAULT_PROFILE,
+        help=f"hypothesis profile (default: {DEFAULT_PROFILE})",
     )
     run.add_argument(
         "--seed", type=seed_value, metavar="N", help="input seed (default: the suite's)"
     )
-    run.add_argument("--report-json", type=Path, metavar="PATH", help="default: no file")
-    run.add_argument("--report-html", type=Path, metavar="PATH", help="default: no file")
+    run.add_argument(
+        "--report-json", type=report_path_value, metavar="PATH", help="default: no file"
+    )
+    run.add_argument(
+        "--report-html", type=report_path_value, metavar="PATH", help="default: no file"
+    )
     run.add_argument("--junitxml", type=Path, metavar="PATH", help="default: no file")
     run.add_argument(
         "-n",
@@ -336,7 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="deadline of one call of an implementation: past it the call fails as a hang. "
         "Default: what the implementation declares, else 120",
     )
-    run.add_argument("--strict", action="store_true", help="SHOULD failures fail the run")
+    run.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)
+    run.add_argument(
+        "--fail-on-should",
+        action="store_true",
+        help="a SHOULD claim not met fails the run (default: reported as unmet)",
+    )
     run.add_argument(
         "-v",
         "--verbose",

@@ -1,158 +1,60 @@
-"""The pytest wiring of attnspec: options, markers, parametrisation, fixtures, header, summary.
+"""The pytest wiring of attnspec (loaded by ``conftest.py``): hooks and fixtures that delegate.
 
-Hooks only; the logic lives in :mod:`conformance.run`, :mod:`conformance.judge` and
-:mod:`conformance.report`.
+``pytest_configure`` reads the options once into a :class:`Run` kept under one stash key; every
+other hook hands it to the module that does the work: :mod:`conformance.run` (settings,
+selection, collection, recording), :mod:`conformance.judge` (the first call's check, the subject
+bound to a test) and :mod:`conformance.report` (header, JSON and HTML reports).
 """
 
 from __future__ import annotations
 
-import argparse
-import fnmatch
 import json
-import os
-import platform
-from pathlib import Path
+from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pytest
 
-from conformance.judge.harness import Subject
-from conformance.judge.preflight import preflight_failure
-from conformance.report.json_report import build_report, report_path_problem, write_report
-from conformance.run.ledger import MATHEMATICS, Ledger
-from conformance.run.selection import ENV_VAR, Selected, select
-from conformance.run.selection import claim_patterns as selection_claim_patterns
-from conformance.run.workers import (
-    DEFAULT_CALL_TIMEOUT,
-    ImplementationBroke,
-    ImplementationDied,
-    ImplementationRaised,
+from conformance.judge.harness import Document, Subject
+from conformance.judge.preflight import broken_implementations
+from conformance.report import write_reports
+from conformance.report.header import header_lines
+from conformance.run.collection import (
+    CLAIM_MARKER,
+    claims_of,
+    fold_broken,
+    is_conformance_test,
+    marking_problems,
+    row_of,
+    split_by_claims,
 )
+from conformance.run.ledger import Ledger
+from conformance.run.profiles import active_profile
+from conformance.run.recording import NOTES_KEY, TestNotes, VerdictRecorder, complete_report
+from conformance.run.selection import Selected, select
+from conformance.run.settings import RunSettings, add_options
 from impls.registry import RegistryError
-from spec.catalogue import load_catalogue
+from spec.catalogue import Catalogue, load_catalogue
 
-CONFORMANCE_DIR = Path(__file__).parent
-SELECTION_KEY = pytest.StashKey[list]()
-LEDGER_KEY = pytest.StashKey[Ledger]()
-BROKEN_KEY = pytest.StashKey[dict]()  # implementation name -> its preflight failure
 DESCRIPTIONS_INPUT = "attnspec_descriptions"  # the controller's descriptions, for xdist workers
-DEFAULT_SEED = 20261129
-REPORTED_ENV = (
-    ENV_VAR,
-    "ATTNSPEC_SEED",
-    "CUDA_VISIBLE_DEVICES",
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "OPENBLAS_CORETYPE",
-    "TRITON_INTERPRET",
-    "PYTHONHASHSEED",
-)
-
-try:
-    from hypothesis import HealthCheck, settings
-
-    # Registered on import so that hypothesis's own --hypothesis-profile can name them.
-    settings.register_profile(
-        "ci",
-        derandomize=True,
-        max_examples=25,
-        deadline=None,
-        print_blob=True,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
-    settings.register_profile("dev", max_examples=100, deadline=None, print_blob=True)
-    settings.register_profile(
-        "thorough",
-        max_examples=2000,
-        deadline=None,
-        print_blob=True,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
-except ImportError:  # hypothesis is a core dependency; its absence is reported by the import
-    settings = None
 
 
-def seed_value(text: str) -> int:
-    """The ``--attnspec-seed`` parser: a non-negative integer."""
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"seed={text!r}, but should be a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"seed={value}, but should be >= 0")
-    return value
+@dataclass
+class Run:
+    """What one pytest process knows of the run."""
+
+    settings: RunSettings
+    catalogue: Catalogue
+    selection: list[Selected]
+    ledger: Ledger
+    broken: dict[str, str] = field(default_factory=dict)  # name -> its first call's failure
+
+
+RUN_KEY = pytest.StashKey[Run]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("attnspec", "attnspec: attention conformance")
-    group.addoption(
-        "--impl",
-        action="append",
-        metavar="NAME[,NAME...]",
-        help=(
-            "implementation(s) to judge: a built-in name, an 'attnspec.impls' entry point, or "
-            f"package.module:attribute; repeatable. Default: ${ENV_VAR}, else every built-in."
-        ),
-    )
-    group.addoption(
-        "--claims",
-        action="append",
-        metavar="PATTERN[,PATTERN...]",
-        help="run only tests of claims matching PATTERN (shell-style, e.g. 'MASK-*'); repeatable. "
-        "Default: every claim.",
-    )
-    group.addoption(
-        "--attnspec-seed",
-        type=seed_value,
-        default=None,
-        metavar="N",
-        help=f"seed of every test's random inputs. Default: $ATTNSPEC_SEED, else {DEFAULT_SEED}.",
-    )
-    group.addoption(
-        "--call-timeout",
-        type=call_timeout_value,
-        default=None,
-        metavar="SECONDS",
-        help="deadline of one call of an implementation: past it, its worker is killed and the "
-        "test fails as a hang. Default: what the implementation declares (call_timeout), else "
-        f"{DEFAULT_CALL_TIMEOUT:g}.",
-    )
-    group.addoption(
-        "--in-process",
-        action="store_true",
-        default=False,
-        help="run implementations in the judge's own process, for pdb and profilers: a crash, "
-        "a hang or a patched module can then lose or change the verdict. Default: a worker "
-        "process per implementation.",
-    )
-    group.addoption(
-        "--report-json",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="write the verdict per implementation and claim as JSON (schema attnspec-report/1, "
-        "documented in conformance/report/json_report.py) to PATH. Default: no file.",
-    )
-    group.addoption(
-        "--report-html",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="write a self-contained HTML report (the matrix, the environment, the document's "
-        "figures; plots need matplotlib) to PATH. Default: no file.",
-    )
-
-
-def call_timeout_value(text: str) -> float:
-    """The ``--call-timeout`` parser: a positive number of seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}, but should be a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value:g}, but should be > 0 seconds")
-    return value
+    add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -160,259 +62,166 @@ def pytest_configure(config: pytest.Config) -> None:
         # Failure messages print values, not NumPy 2's np.float64(...) reprs.
         np.set_printoptions(legacy="1.25")
     config.addinivalue_line(
-        "markers", "claim(*ids): the catalogue claim(s) a conformance test checks"
+        "markers", f"{CLAIM_MARKER}(*ids): the catalogue claim(s) a conformance test checks"
     )
-    claim_patterns(config)  # a bad pattern is a usage error before any worker starts
-    for option in ("report_json", "report_html"):
-        path = config.getoption(option)
-        problem = report_path_problem(path) if path is not None else None
-        if problem:
-            flag = "--" + option.replace("_", "-")
-            raise pytest.UsageError(f"attnspec: {flag} {path}: {problem}")
-    run_seed(config)
+    settings = RunSettings.from_config(
+        config, active_profile(config.getoption("hypothesis_profile", None))
+    )
     worker_input = getattr(config, "workerinput", None)
     described = worker_input.get(DESCRIPTIONS_INPUT) if worker_input else None
     try:
         selection = select(
-            config.getoption("impl"),
-            in_process=config.getoption("in_process"),
-            call_timeout=config.getoption("call_timeout"),
+            settings.impl_options,
+            in_process=settings.in_process,
+            call_timeout=settings.call_timeout,
             descriptions=json.loads(described) if described else None,
         )
     except RegistryError as exc:
         raise pytest.UsageError(f"attnspec: {exc}") from None
-    config.stash[SELECTION_KEY] = selection
-    config.stash[BROKEN_KEY] = {}
-    config.stash[LEDGER_KEY] = Ledger(load_catalogue(), [s.impl.name for s in selection])
+    catalogue = load_catalogue()
+    run = Run(settings, catalogue, selection, Ledger(catalogue, [s.client.name for s in selection]))
+    config.stash[RUN_KEY] = run
     if worker_input is None:  # a plain run, or the xdist controller: it gathers the verdicts
-        config.pluginmanager.register(VerdictRecorder(config), "attnspec-verdicts")
+        finish = partial(_write_reports, run)
+        config.pluginmanager.register(VerdictRecorder(run.ledger, finish), "attnspec-verdicts")
         if _distributed(config):
             # The controller calls no implementation: its xdist workers start their own.
-            for item in selection:
-                item.impl.channel.close()
-            config.pluginmanager.register(DescriptionSharer(config), "attnspec-descriptions")
-    if settings is not None and not config.getoption("hypothesis_profile", None):
-        settings.load_profile("ci")
+            for selected in selection:
+                selected.client.channel.close()
+            config.pluginmanager.register(DescriptionSharer(selection), "attnspec-descriptions")
+
+
+def _write_reports(run: Run, session: pytest.Session) -> None:
+    write_reports(run.ledger, run.selection, run.settings, session.exitstatus)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    for item in config.stash.get(SELECTION_KEY, []):
-        item.impl.close()
+    run = config.stash.get(RUN_KEY, None)
+    for selected in run.selection if run else ():
+        selected.client.close()
 
 
 class DescriptionSharer:
     """On the xdist controller: hands each worker what the implementations declared, so that
     workers start an implementation's process only when they call it."""
 
-    def __init__(self, config: pytest.Config):
-        self.descriptions = json.dumps(
-            {s.selector: s.impl.description for s in config.stash[SELECTION_KEY]}
-        )
+    def __init__(self, selection: list[Selected]):
+        self.descriptions = json.dumps({s.selector: s.client.description for s in selection})
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
         node.workerinput[DESCRIPTIONS_INPUT] = self.descriptions
 
 
-def claim_patterns(config: pytest.Config) -> list[str]:
-    """The ``--claims`` patterns, comma-separated or repeated; each must match a claim."""
-    patterns = selection_claim_patterns(config.getoption("claims"))
-    catalogue = load_catalogue()
-    unmatched = [p for p in patterns if not catalogue.matching([p])]
-    if unmatched:
-        raise pytest.UsageError(
-            f"attnspec: --claims {', '.join(unmatched)} matches no claim; "
-            f"claims are: {', '.join(c.id for c in catalogue)}"
-        )
-    return patterns
-
-
-def run_seed(config: pytest.Config) -> int:
-    value = config.getoption("attnspec_seed")
-    if value is not None:
-        return value
-    env = os.environ.get("ATTNSPEC_SEED")
-    if env:
-        try:
-            return seed_value(env)
-        except argparse.ArgumentTypeError as exc:
-            raise pytest.UsageError(f"attnspec: $ATTNSPEC_SEED: {exc}") from None
-    return DEFAULT_SEED
-
-
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    catalogue = load_catalogue()
-    levels = {}
-    for claim in catalogue:
-        levels[claim.level] = levels.get(claim.level, 0) + 1
-    lines = [
-        f"attnspec: {len(catalogue)} claims ("
-        + ", ".join(f"{n} {level}" for level, n in levels.items())
-        + f"), seed {run_seed(config)}, python {platform.python_version()}",
-    ]
-    if settings is not None:
-        seed = config.getoption("hypothesis_seed", None)
-        lines.append(
-            f"attnspec: hypothesis profile {settings._current_profile}, "
-            + (f"--hypothesis-seed {seed}" if seed is not None else "no --hypothesis-seed")
-        )
-    if config.getoption("in_process"):
-        lines.append(
-            "attnspec: implementations run IN THE JUDGE'S PROCESS (--in-process): a crash, hang "
-            "or patched module can lose or change the verdict"
-        )
-    else:
-        timeout = config.getoption("call_timeout")
-        lines.append(
-            "attnspec: each implementation runs in a worker process of its own; call deadline "
-            + (
-                f"{timeout:g} s (--call-timeout)"
-                if timeout
-                else f"as each declares, else {DEFAULT_CALL_TIMEOUT:g} s"
-            )
-        )
-    for item in config.stash[SELECTION_KEY]:
-        impl = item.impl
-        status = f"SKIPPED: {item.skip_reason}" if item.skip_reason else "runs"
-        lines.append(
-            f"attnspec impl {impl.name}: {impl.version()}, {impl.family} on {impl.device}; "
-            f"{impl.capabilities.describe()}; {status}"
-        )
-    env = [f"{name}={os.environ[name]}" for name in REPORTED_ENV if name in os.environ]
-    lines.append(
-        "attnspec env: " + (" ".join(env) if env else "(none of " + ", ".join(REPORTED_ENV) + ")")
-    )
-    return lines
+    run = config.stash[RUN_KEY]
+    return header_lines(run.catalogue, run.settings, run.selection)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "impl" not in metafunc.fixturenames:
+    if "selected" not in metafunc.fixturenames:
         return
-    selection: list[Selected] = metafunc.config.stash[SELECTION_KEY]
+    selection = metafunc.config.stash[RUN_KEY].selection
     if "dtype" in metafunc.fixturenames:
-        pairs = [(s, dtype) for s in selection for dtype in s.impl.capabilities.dtypes]
-        metafunc.parametrize(
-            ["impl", "dtype"],
-            pairs,
-            indirect=["impl"],
-            ids=[f"{s.impl.name}-{dtype}" for s, dtype in pairs],
-        )
+        pairs = [(s, dtype) for s in selection for dtype in s.client.capabilities.dtypes]
+        ids = [f"{s.client.name}-{dtype}" for s, dtype in pairs]
+        metafunc.parametrize(["selected", "dtype"], pairs, indirect=["selected"], ids=ids)
     else:
-        metafunc.parametrize("impl", selection, indirect=True, ids=[s.impl.name for s in selection])
+        ids = [s.client.name for s in selection]
+        metafunc.parametrize("selected", selection, indirect=True, ids=ids)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    run = config.stash[RUN_KEY]
+    problems = marking_problems(items, run.catalogue)
+    if problems:
+        raise pytest.UsageError(
+            "attnspec: badly marked conformance tests:\n  " + "\n  ".join(problems)
+        )
+    if config.pluginmanager.hasplugin("xdist"):
+        # With --dist loadgroup, one worker runs all of an implementation's tests. Without
+        # xdist the marker is unknown, and --strict-markers would make it an error.
+        for item in filter(is_conformance_test, items):
+            item.add_marker(pytest.mark.xdist_group(row_of(item)))
+    run.broken.update(broken_implementations(run.selection))
+    for split in (
+        partial(fold_broken, broken=run.broken),
+        partial(split_by_claims, patterns=run.settings.claim_patterns),
+    ):
+        items[:], dropped = split(items)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
 
 
 @pytest.fixture
-def impl(request: pytest.FixtureRequest):
+def selected(request: pytest.FixtureRequest) -> Selected:
     """The implementation under test (parametrised over the selection)."""
     selected: Selected = request.param
     if selected.skip_reason:
         pytest.skip(selected.skip_reason)
-    if selected.impl.crashed:
-        pytest.skip(f"{selected.impl.name} {selected.impl.crashed}")
-    broken = request.config.stash[BROKEN_KEY].get(selected.impl.name)
+    if selected.client.crashed:
+        pytest.skip(f"{selected.client.name} {selected.client.crashed}")
+    broken = request.config.stash[RUN_KEY].broken.get(selected.client.name)
     if broken:
-        test = Subject(
-            selected.impl, selected.selector, run_seed(request.config), request.node.nodeid
+        pytest.fail(
+            f"{broken}\nreproduce: {_subject(selected, request).reproducer()}", pytrace=False
         )
-        pytest.fail(f"{broken}\nreproduce: {test.reproducer()}", pytrace=False)
-    selected.impl.take_output()  # what it printed before this test is not this test's
+    selected.client.take_output()  # what it printed before this test is not this test's
     return selected
 
 
 @pytest.fixture
 def seed(request: pytest.FixtureRequest) -> int:
-    return run_seed(request.config)
+    return request.config.stash[RUN_KEY].settings.seed
 
 
 @pytest.fixture
-def subject(impl: Selected, seed: int, request: pytest.FixtureRequest) -> Subject:
-    """The implementation under test, bound to this test's random stream and reproducer."""
-    return Subject(impl.impl, impl.selector, seed, request.node.nodeid, hypothesis_options(request))
+def subject(selected: Selected, request: pytest.FixtureRequest) -> Subject:
+    """The implementation under test, bound to this test's claims, random stream and
+    reproducer."""
+    return _subject(selected, request)
 
 
-def hypothesis_options(request: pytest.FixtureRequest) -> str:
-    """The hypothesis options a rerun needs, when not the defaults (property-based tests draw
-    their cases inside the test, so any test may depend on them)."""
-    if settings is None:
-        return ""
-    options = []
-    if settings._current_profile != "ci":
-        options.append(f"--hypothesis-profile {settings._current_profile}")
-    seed = request.config.getoption("hypothesis_seed", None)
-    if seed is not None:
-        options.append(f"--hypothesis-seed {seed}")
-    return " ".join(options)
+@pytest.fixture
+def document(request: pytest.FixtureRequest) -> Document:
+    """The document itself, as the subject of a test of its mathematics."""
+    return Document(request.node.nodeid, tuple(claims_of(request.node)), _notes(request))
 
 
-def item_claims(item: pytest.Item) -> list[str]:
-    return [claim for marker in item.iter_markers("claim") for claim in marker.args]
+def _subject(selected: Selected, request: pytest.FixtureRequest) -> Subject:
+    settings = request.config.stash[RUN_KEY].settings
+    return Subject(
+        selected.client,
+        selected.selector,
+        settings.seed,
+        request.node.nodeid,
+        tuple(claims_of(request.node)),
+        settings.rerun_options(),
+        _notes(request),
+    )
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    catalogue = load_catalogue()
-    problems = []
-    xdist_loaded = config.pluginmanager.hasplugin("xdist")
-    for item in items:
-        if CONFORMANCE_DIR not in Path(item.path).parents:
-            continue
-        claims = item_claims(item)
-        if not claims:
-            problems.append(f"{item.nodeid}: no @pytest.mark.claim(...) marker")
-        problems += [f"{item.nodeid}: unknown claim {c!r}" for c in claims if c not in catalogue]
-        subject = item.callspec.params["impl"].impl.name if _has_impl(item) else MATHEMATICS
-        if xdist_loaded:
-            # With --dist loadgroup, one worker runs all of an implementation's tests. Without
-            # xdist the marker is unknown, and --strict-markers would make it an error.
-            item.add_marker(pytest.mark.xdist_group(subject))
-        item.user_properties.append(("attnspec_subject", subject))
-        item.user_properties.append(("attnspec_claims", ",".join(claims)))
-    if problems:
-        raise pytest.UsageError(
-            "attnspec: badly marked conformance tests:\n  " + "\n  ".join(problems)
-        )
-
-    fold_broken_implementations(config, items)
-    patterns = claim_patterns(config)
-    if patterns:
-        keep, drop = [], []
-        for item in items:
-            claims = item_claims(item)
-            wanted = any(fnmatch.fnmatchcase(c, p) for c in claims for p in patterns)
-            (keep if wanted or not claims else drop).append(item)
-        if drop:
-            config.hook.pytest_deselected(items=drop)
-            items[:] = keep
+def _notes(request: pytest.FixtureRequest) -> TestNotes:
+    return request.node.stash.setdefault(NOTES_KEY, TestNotes())
 
 
-def fold_broken_implementations(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """An implementation whose first call breaks the contract (returns a list, None, a wrong
-    shape) would fail every test the same way: it fails one test per claim, saying so once, and
-    its other tests are deselected. The first call is the same in every process, so serial and
-    parallel runs agree."""
-    broken: dict[str, str] = config.stash[BROKEN_KEY]
-    for selected in config.stash[SELECTION_KEY]:
-        if selected.skip_reason:
-            continue
-        failure = preflight_failure(selected.impl)
-        if failure:
-            broken[selected.impl.name] = failure
-    if not broken:
-        return
-    keep, drop, claims_kept = [], [], set()
-    for item in items:
-        name = item.callspec.params["impl"].impl.name if _has_impl(item) else None
-        if name not in broken:
-            keep.append(item)
-            continue
-        new_claims = {(name, c) for c in item_claims(item)} - claims_kept
-        if new_claims:
-            claims_kept |= new_claims
-            keep.append(item)
-        else:
-            drop.append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report: pytest.TestReport = yield
+    run = item.config.stash[RUN_KEY]
+    subject = getattr(item, "funcargs", {}).get("subject")
+    callspec = getattr(item, "callspec", None)
+    selected = callspec.params.get("selected") if callspec else None
+    output = selected.client.take_output() if report.when == "call" and selected else ""
+    return complete_report(
+        item,
+        call,
+        report,
+        run.catalogue,
+        run.settings.fail_on_should,
+        subject.reproducer if subject is not None else None,
+        output,
+    )
 
 
 def _distributed(config: pytest.Config) -> bool:
@@ -420,129 +229,3 @@ def _distributed(config: pytest.Config) -> bool:
     return config.pluginmanager.hasplugin("xdist") and bool(
         getattr(config.option, "tx", None) or getattr(config.option, "numprocesses", None)
     )
-
-
-def _has_impl(item: pytest.Item) -> bool:
-    return hasattr(item, "callspec") and "impl" in item.callspec.params
-
-
-def _property(report: pytest.TestReport, key: str) -> str | None:
-    return next((value for name, value in report.user_properties if name == key), None)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    report: pytest.TestReport = yield
-    subject = getattr(item, "funcargs", {}).get("subject")
-    selected = item.callspec.params.get("impl") if _has_impl(item) else None
-    if report.when == "call" and selected is not None and not isinstance(selected, str):
-        output = selected.impl.take_output()
-        if output and report.failed:
-            report.sections.append(
-                (f"output of {selected.impl.name} (its worker's stdout and stderr)", output)
-            )
-    if call.excinfo is not None and isinstance(
-        call.excinfo.value, ImplementationRaised | ImplementationBroke | ImplementationDied
-    ):
-        # The implementation's failure, not the judge's: its words and how to reproduce them,
-        # without the judge's frames.
-        error = call.excinfo.value
-        text = str(error)
-        if isinstance(error, ImplementationRaised) and error.trace:
-            text += "\n" + error.trace.rstrip()
-        if subject is not None:
-            text += f"\nreproduce: {subject.reproducer()}"
-        report.longrepr = text
-    if report.when == "call" and getattr(subject, "worst_budget_fraction", None) is not None:
-        report.user_properties.append(("attnspec_budget_fraction", subject.worst_budget_fraction))
-    if report.when == "call" and getattr(subject, "conventions", None):
-        followed = ",".join(
-            f"{name}={value}" for name, value in sorted(subject.conventions.items())
-        )
-        report.user_properties.append(("attnspec_conventions", followed))
-    if report.when != "call" or not report.failed or not item_claims(item):
-        return report
-    notes = getattr(call.excinfo.value, "__notes__", None) if call.excinfo else None
-    if notes:
-        # A message-only failure does not print the exception's notes, where hypothesis puts
-        # the falsifying example and its @reproduce_failure blob.
-        report.sections.append(("exception notes (hypothesis)", "\n".join(notes)))
-    catalogue = load_catalogue()
-    levels = {catalogue[c].level for c in item_claims(item) if c in catalogue}
-    strict = bool(item.config.getoption("strict", False))
-    tolerated = {"INFO"} if strict else {"SHOULD", "INFO"}
-    if levels and levels <= tolerated:
-        # A SHOULD (or INFO) claim not met is reported as an expected failure, not a failure.
-        level = "SHOULD" if "SHOULD" in levels else "INFO"
-        first_line = str(report.longrepr).strip().splitlines()[0] if report.longrepr else ""
-        report.outcome = "skipped"
-        report.wasxfail = f"{level} claim not met: {first_line}"
-        report.user_properties.append(("attnspec_unmet", level))
-    return report
-
-
-class VerdictRecorder:
-    """Feeds every test report into the run's :class:`Ledger` and prints its summary."""
-
-    def __init__(self, config: pytest.Config):
-        self.config = config
-        self.ledger: Ledger = config.stash[LEDGER_KEY]
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        subject = _property(report, "attnspec_subject")
-        if subject is None or not (
-            report.when == "call" or (report.when == "setup" and not report.passed)
-        ):
-            return
-        if _property(report, "attnspec_unmet"):
-            outcome = "unmet"
-        elif report.skipped:
-            outcome = "skipped"
-        else:
-            outcome = report.outcome
-        reason = report.longrepr[2] if report.skipped and isinstance(report.longrepr, tuple) else ""
-        claims = (_property(report, "attnspec_claims") or "").split(",")
-        fraction = _property(report, "attnspec_budget_fraction")
-        message = report.longreprtext if outcome in ("failed", "unmet") else ""
-        self.ledger.record(
-            subject, [c for c in claims if c], outcome, report.nodeid, reason, fraction, message
-        )
-        for pair in filter(None, (_property(report, "attnspec_conventions") or "").split(",")):
-            self.ledger.note_convention(subject, *pair.split("=", 1))
-
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.ledger.implementations_checked() == 0 and self.ledger.implementation_records():
-            # Every selected implementation was skipped: a green run here would claim conformance
-            # that nothing showed.
-            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
-        json_path = self.config.getoption("report_json")
-        html_path = self.config.getoption("report_html")
-        if json_path is None and html_path is None:
-            return
-        report = build_report(
-            self.ledger,
-            self.config.stash[SELECTION_KEY],
-            seed=run_seed(self.config),
-            hypothesis_profile=settings._current_profile if settings is not None else None,
-            exit_status=session.exitstatus,
-            reported_env=REPORTED_ENV,
-        )
-        if json_path is not None:
-            write_report(json_path, report)
-        if html_path is not None:
-            from conformance.report.html import write_html  # matplotlib only when asked for
-
-            write_html(html_path, report)
-
-    def pytest_terminal_summary(self, terminalreporter) -> None:
-        if not self.ledger.records:
-            return
-        terminalreporter.section("attnspec: verdict per implementation")
-        for line in self.ledger.summary_lines():
-            terminalreporter.write_line(line)
-        if self.ledger.implementations_checked() == 0 and self.ledger.implementation_records():
-            terminalreporter.write_line(
-                "attnspec: nothing was checked: every selected implementation was skipped "
-                "(exit status 5)",
-                red=True,
-            )

@@ -33,15 +33,14 @@ def test_output_dtype_shape_device(subject, dtype, case):
     case = subject.fit(case.with_(dtype=dtype))
     q, k, v = subject.inputs(case)
     out = subject.call_native(case, q, k, v)
-    got_dtype = subject.impl.dtype_name(out)
-    assert_equal("CONTRACT-DTYPE", subject, case, "out.dtype", got_dtype, dtype)
-    assert_shape("CONTRACT-DTYPE", subject, case, "out.shape", tuple(out.shape), case.out_shape)
+    got_dtype = subject.client.dtype_name(out)
+    assert_equal(subject, case, "out.dtype", got_dtype, dtype)
+    assert_shape(subject, case, "out.shape", tuple(out.shape), case.out_shape)
     assert_equal(
-        "CONTRACT-DTYPE",
         subject,
         case,
         "out.device",
-        subject.impl.device_of(out),
+        subject.client.device_of(out),
         out.input_device,
     )
 
@@ -60,7 +59,6 @@ def test_batch_items_and_heads_are_independent(subject, dtype):
         others = np.ones(out.shape[:2], dtype=bool)
         others[b, h] = False
         assert_identical(
-            "CONTRACT-BATCH",
             subject,
             case,
             f"out of other items after changing item (b={b}, h={h})",
@@ -68,9 +66,7 @@ def test_batch_items_and_heads_are_independent(subject, dtype):
             out[others],
         )
         if np.array_equal(out2[b, h], out[b, h]):
-            fail(
-                "CONTRACT-BATCH", subject, case, f"out[{b}, {h}] did not change when its inputs did"
-            )
+            fail(subject, case, f"out[{b}, {h}] did not change when its inputs did")
 
 
 @pytest.mark.claim("CONTRACT-DETERMINISM")
@@ -80,7 +76,6 @@ def test_repeat_call_is_bit_identical(subject, dtype):
     first = subject.call(case, q, k, v)
     for repeat in range(1, 3):
         assert_identical(
-            "CONTRACT-DETERMINISM",
             subject,
             case,
             f"out of call {repeat + 1}",
@@ -107,11 +102,10 @@ def test_unattendable_inputs_raise(subject, dtype, problem):
     case = Case(dtype=dtype)
     native = subject.to_native(case, *(np.ones(shape) for shape in (q_shape, k_shape, v_shape)))
     assert_raises_clearly(
-        "CONTRACT-ERRORS",
         subject,
         None,
         f"{problem} (q{q_shape} k{k_shape} v{v_shape}, causal=True)",
-        lambda: subject.impl.attention(*native, causal=True, scale=None),
+        lambda: subject.client.attention(*native, causal=True, scale=None),
     )
 
 
@@ -131,10 +125,10 @@ CONVENTION_INPUTS = {
 def convention_followed(subject, problem: str, call, judge) -> tuple[str | None, str]:
     """("raise", "") where ``call()`` raised with a message, else ``judge(output as float64,
     its dtype name)``: the convention the answer followed, or None and why it follows none."""
-    out = answer_or_none_if_raised("CONTRACT-ERRORS", subject, problem, call)
+    out = answer_or_none_if_raised(subject, problem, call)
     if out is None:
         return "raise", ""
-    return judge(subject.impl.to_numpy(out).astype(np.float64), subject.impl.dtype_name(out))
+    return judge(subject.client.to_numpy(out).astype(np.float64), subject.client.dtype_name(out))
 
 
 @pytest.mark.claim("CONTRACT-ERRORS")
@@ -152,34 +146,32 @@ def test_convention_inputs_raise_or_follow_the_convention(subject, dtype, proble
     followed, why_not = convention_followed(
         subject,
         described,
-        lambda: subject.impl.attention(*native, causal=True, scale=scale),
+        lambda: subject.client.attention(*native, causal=True, scale=scale),
         lambda got, _: FOLLOWS[convention](got, q, k, v, dtype=dtype, scale=scale),
     )
-    assert_follows_convention("CONTRACT-ERRORS", subject, described, convention, followed, why_not)
+    assert_follows_convention(subject, described, convention, followed, why_not)
 
 
 @pytest.mark.claim("CONTRACT-ERRORS")
 def test_mixed_dtypes_raise_or_promote(subject):
-    dtypes = subject.impl.capabilities.dtypes
+    dtypes = subject.client.capabilities.dtypes
     if len(dtypes) < 2:
         pytest.skip(f"{subject.name} declares one dtype only: nothing to mix")
     coarser = max(dtypes[:2], key=lambda name: UNIT_ROUNDOFF[name])
     case = subject.fit(Case(batch=1, heads=1, tq=4, head_dim=4, dtype=coarser))
     q, k, v = subject.inputs(case)
     native = [
-        subject.impl.from_numpy(q, dtypes[0]),
-        subject.impl.from_numpy(k, dtypes[1]),
-        subject.impl.from_numpy(v, dtypes[0]),
+        subject.client.from_numpy(q, dtypes[0]),
+        subject.client.from_numpy(k, dtypes[1]),
+        subject.client.from_numpy(v, dtypes[0]),
     ]
     described = f"mixed dtypes (q {dtypes[0]}, k {dtypes[1]}, v {dtypes[0]})"
     followed, why_not = convention_followed(
         subject,
         described,
-        lambda: subject.impl.attention(*native, causal=True, scale=None),
+        lambda: subject.client.attention(*native, causal=True, scale=None),
         lambda got, got_dtype: promoted_to_an_input_dtype(
             got, got_dtype, q, k, v, dtypes=dtypes[:2], coarser=coarser
         ),
     )
-    assert_follows_convention(
-        "CONTRACT-ERRORS", subject, described, "mixed_dtypes", followed, why_not
-    )
+    assert_follows_convention(subject, described, "mixed_dtypes", followed, why_not)

@@ -40,7 +40,7 @@ def causal_id(causal: bool) -> str:
 def test_formula_at_length(subject, dtype, length, causal):
     case = Case(batch=1, heads=2, tq=length, head_dim=64, dtype=dtype, causal=causal)
     q, k, v = subject.inputs(case)
-    assert_matches_oracle("OUT-FORMULA", subject, case, subject.call(case, q, k, v), q, k, v)
+    assert_matches_oracle(subject, case, subject.call(case, q, k, v), q, k, v)
 
 
 @pytest.mark.claim("OUT-FORMULA")
@@ -48,7 +48,7 @@ def test_formula_at_length(subject, dtype, length, causal):
 def test_formula_at_head_dim(subject, dtype, head_dim):
     case = Case(batch=2, heads=2, tq=65, head_dim=head_dim, dtype=dtype)
     q, k, v = subject.inputs(case)
-    assert_matches_oracle("OUT-FORMULA", subject, case, subject.call(case, q, k, v), q, k, v)
+    assert_matches_oracle(subject, case, subject.call(case, q, k, v), q, k, v)
 
 
 @pytest.mark.claim("OUT-FORMULA")
@@ -57,7 +57,7 @@ def test_formula_at_head_dim(subject, dtype, head_dim):
 def test_formula_with_fewer_queries_than_keys(subject, dtype, tq, tk, causal):
     case = Case(batch=1, heads=3, tq=tq, tk=tk, head_dim=32, dtype=dtype, causal=causal)
     q, k, v = subject.inputs(case)
-    assert_matches_oracle("OUT-FORMULA", subject, case, subject.call(case, q, k, v), q, k, v)
+    assert_matches_oracle(subject, case, subject.call(case, q, k, v), q, k, v)
 
 
 @pytest.mark.claim("OUT-FORMULA")
@@ -66,14 +66,14 @@ def test_formula_with_fewer_queries_than_keys(subject, dtype, tq, tk, causal):
 def test_formula_with_explicit_scale(subject, dtype, scale, causal):
     case = Case(batch=1, heads=2, tq=47, head_dim=48, dtype=dtype, causal=causal, scale=scale)
     q, k, v = subject.inputs(case)
-    assert_matches_oracle("OUT-FORMULA", subject, case, subject.call(case, q, k, v), q, k, v)
+    assert_matches_oracle(subject, case, subject.call(case, q, k, v), q, k, v)
 
 
 @pytest.mark.claim("OUT-FORMULA")
 def test_formula_with_value_dim_unlike_head_dim(subject, dtype):
     case = Case(batch=2, heads=2, tq=31, tk=45, head_dim=16, value_dim=40, dtype=dtype)
     q, k, v = subject.inputs(case)
-    assert_matches_oracle("OUT-FORMULA", subject, case, subject.call(case, q, k, v), q, k, v)
+    assert_matches_oracle(subject, case, subject.call(case, q, k, v), q, k, v)
 
 
 @pytest.mark.claim("OUT-HEAD-SHAPE")
@@ -87,16 +87,14 @@ def test_formula_with_value_dim_unlike_head_dim(subject, dtype):
     ids=["andrea-one-head", "andrea-12-heads", "Tq<Tk,Dv=24"],
 )
 def test_head_output_shape(subject, case):
-    case = case.with_(dtype=subject.impl.capabilities.dtypes[0])
+    case = case.with_(dtype=subject.client.capabilities.dtypes[0])
     q, k, v = subject.inputs(case)
     out = subject.call(case, q, k, v)
-    assert_shape("OUT-HEAD-SHAPE", subject, case, "out.shape", out.shape, case.out_shape)
+    assert_shape(subject, case, "out.shape", out.shape, case.out_shape)
     if case.heads == 1 and case.batch == 1:
-        assert_shape(
-            "OUT-HEAD-SHAPE", subject, case, "out[0, 0].shape", out[0, 0].shape, (1024, 64)
-        )
+        assert_shape(subject, case, "out[0, 0].shape", out[0, 0].shape, (1024, 64))
     if not np.isfinite(out).all():
-        fail("OUT-HEAD-SHAPE", subject, case, "out has non-finite entries for finite inputs")
+        fail(subject, case, "out has non-finite entries for finite inputs")
 
 
 @pytest.mark.claim("OUT-CONVEX")
@@ -119,7 +117,6 @@ def test_rows_are_convex_mixes_of_visible_values(subject, dtype, causal):
         if outside.any():
             b, h, c = np.argwhere(outside)[0]
             fail(
-                "OUT-CONVEX",
                 subject,
                 case,
                 f"out[{b}, {h}, {i}, {c}]={row[b, h, c]!r}, but "
@@ -137,7 +134,7 @@ def test_output_is_affine_in_values(subject, dtype, a, c):
     moved = round_to(a * v + c, dtype)
     plain = subject.call(case, q, k, v)
     out_moved = subject.call(case, q, k, moved)
-    comparison = assert_matches_oracle("OUT-AFFINE", subject, case, out_moved, q, k, moved)
+    comparison = assert_matches_oracle(subject, case, out_moved, q, k, moved)
     plain_budget = compare_to_oracle(plain, q, k, v, dtype=dtype).allowed
     # Rounding aV + c to the dtype moves each value by up to u |aV + c|.
     allowed = (
@@ -146,7 +143,6 @@ def test_output_is_affine_in_values(subject, dtype, a, c):
     error, index = max_error(out_moved, a * plain + c)
     if not error <= allowed:
         fail(
-            "OUT-AFFINE",
             subject,
             case,
             f"attention({a:g} V + {c:g}) differs from {a:g} "
@@ -183,14 +179,11 @@ def test_andrea_heads_in_parallel_equal_heads_one_at_a_time(subject, dtype):
         ],
         axis=1,
     )  # (1, H, T, d_k)
-    assert_shape(
-        "OUT-MULTIHEAD", subject, case, "merged heads", merge_heads(together).shape, (t, d_model)
-    )
-    comparison = assert_matches_oracle("OUT-MULTIHEAD", subject, case, together, q, k, v)
+    assert_shape(subject, case, "merged heads", merge_heads(together).shape, (t, d_model))
+    comparison = assert_matches_oracle(subject, case, together, q, k, v)
     error, index = max_error(apart, together)
     if not error <= 2 * comparison.allowed:
         fail(
-            "OUT-MULTIHEAD",
             subject,
             case,
             f"heads one at a time differ from all at once by "
@@ -203,7 +196,6 @@ def test_andrea_heads_in_parallel_equal_heads_one_at_a_time(subject, dtype):
     error, index = max_error(projected, truth)
     if not error <= allowed:
         fail(
-            "OUT-MULTIHEAD",
             subject,
             case,
             f"concat(heads) @ W_O differs from the truth by "
@@ -220,21 +212,23 @@ def test_gradients_match_the_oracle(subject, dtype, causal):
     subject.require(case, autograd=True)
     q, k, v = subject.inputs(case)
     grad_out = round_to(subject.rng.standard_normal(case.out_shape), dtype)
-    grads = subject.impl.vjp(*subject.to_native(case, q, k, v, grad_out), causal=causal, scale=None)
+    grads = subject.client.vjp(
+        *subject.to_native(case, q, k, v, grad_out), causal=causal, scale=None
+    )
     truths = reference_vjp(q, k, v, grad_out, causal=causal)
     baselines = naive_baseline_vjp(q, k, v, grad_out, dtype=dtype, causal=causal)
     for name, grad, truth, baseline in zip(
         ("dq", "dk", "dv"), grads, truths, baselines, strict=True
     ):
         comparison = compare(
-            subject.impl.to_numpy(grad).astype(np.float64),
+            subject.client.to_numpy(grad).astype(np.float64),
             truth,
             baseline,
             dtype=dtype,
             magnitude=float(np.abs(truth).max()),
             max_score=float(np.abs(reference_scores(q, k)).max()),
         )
-        assert_within_budget("OUT-GRAD", subject, case, name, comparison)
+        assert_within_budget(subject, case, name, comparison)
 
 
 @pytest.mark.claim("OUT-FORMULA")
@@ -245,6 +239,6 @@ def test_formula_on_generated_cases(subject, dtype):
     @given(case=cases(dtype), data_seed=data_seeds)
     def check(case, data_seed):
         q, k, v = subject.inputs(case, rng=np.random.default_rng(data_seed))
-        assert_matches_oracle("OUT-FORMULA", subject, case, subject.call(case, q, k, v), q, k, v)
+        assert_matches_oracle(subject, case, subject.call(case, q, k, v), q, k, v)
 
     check()

@@ -16,7 +16,7 @@ from conformance.judge.assertions import (
     assert_within_budget,
     fail,
 )
-from conformance.judge.harness import Case
+from conformance.judge.harness import Case, Document
 from conformance.judge.measurements import MATH_SEED, sample_dot_products, saturation
 from conformance.judge.probe import all_weights
 from conformance.judge.tolerance import compare, max_error
@@ -40,15 +40,16 @@ def variance_bound(expected_var: float, fourth_moment: float, samples: int) -> f
     return Z * math.sqrt((fourth_moment - expected_var**2) / samples)
 
 
-def check_variance(claim: str, what: str, samples: np.ndarray, variance: float, fourth: float):
+def check_variance(
+    document: Document, what: str, samples: np.ndarray, variance: float, fourth: float
+):
     """Fail unless the sample variance of zero-mean ``samples`` is within the Z-sigma bound."""
     __tracebackhide__ = True
     observed = float(np.mean(samples**2))
     bound = variance_bound(variance, fourth, samples.size)
     if abs(observed - variance) > bound:
         fail(
-            claim,
-            None,
+            document,
             None,
             f"{what}: std={math.sqrt(observed):.4g}, but should be {math.sqrt(variance):.4g} "
             f"(variance {observed:.4g} vs {variance:.4g} +- {bound:.3g}, n={samples.size})",
@@ -60,24 +61,24 @@ def check_variance(claim: str, what: str, samples: np.ndarray, variance: float, 
 
 
 @pytest.mark.claim("SCORE-SHAPE")
-def test_andrea_score_matrix_has_a_million_entries_per_head():
+def test_andrea_score_matrix_has_a_million_entries_per_head(document):
     rng = np.random.default_rng(MATH_SEED)
     q, k = rng.standard_normal((2, ANDREA_T, ANDREA_D_K))  # (T, d_k) each
     scores = q @ k.T  # (T, T)
-    assert_shape("SCORE-SHAPE", None, None, "scores.shape", scores.shape, (ANDREA_T, ANDREA_T))
-    assert_equal("SCORE-SHAPE", None, None, "scores per head", scores.size, 1_048_576)
+    assert_shape(document, None, "scores.shape", scores.shape, (ANDREA_T, ANDREA_T))
+    assert_equal(document, None, "scores per head", scores.size, 1_048_576)
     per_layer = reference_scores(
         rng.standard_normal((1, ANDREA_HEADS, ANDREA_T, ANDREA_D_K)),
         rng.standard_normal((1, ANDREA_HEADS, ANDREA_T, ANDREA_D_K)),
     )  # (B, H, T, T)
-    assert_equal("SCORE-SHAPE", None, None, "scores per layer", per_layer.size, 12 * 1_048_576)
+    assert_equal(document, None, "scores per layer", per_layer.size, 12 * 1_048_576)
 
 
 @pytest.mark.claim("SCORE-SHAPE")
 def test_every_query_key_pair_gets_a_weight(subject):
     """The (T, T) weights of one ANDREA-120M head, recovered from outputs alone: every visible
     (i, j) pair carries a positive weight, so a score was computed for each of them."""
-    dtype = subject.impl.capabilities.dtypes[0]
+    dtype = subject.client.capabilities.dtypes[0]
     case = Case(batch=1, heads=1, tq=ANDREA_T, head_dim=ANDREA_D_K, dtype=dtype)
     q, k, _ = subject.inputs(case)
     truth = reference_weights(q, k)
@@ -86,20 +87,16 @@ def test_every_query_key_pair_gets_a_weight(subject):
     visible = causal_mask(ANDREA_T, ANDREA_T)[None, None] & representable
     for source, weights in all_weights(subject, case, q, k):
         assert_shape(
-            "SCORE-SHAPE",
             subject,
             case,
             f"{source} weights.shape",
             weights.shape,
             (1, 1, ANDREA_T, ANDREA_T),
         )
-        assert_equal(
-            "SCORE-SHAPE", subject, case, f"{source} weights per head", weights.size, 1_048_576
-        )
+        assert_equal(subject, case, f"{source} weights per head", weights.size, 1_048_576)
         missing = int(np.count_nonzero(visible & ~(weights > 0)))
         if missing:
             fail(
-                "SCORE-SHAPE",
                 subject,
                 case,
                 f"{source}: {missing} visible (i, j) pairs have no "
@@ -128,7 +125,7 @@ def test_scores_are_query_key_dot_products(subject, dtype, case):
         comparison = compare(
             got, truth, baseline, dtype=dtype, magnitude=1.0, max_score=float(np.abs(scores).max())
         )
-        assert_within_budget("SCORE-DOT", subject, case, f"{source} score differences", comparison)
+        assert_within_budget(subject, case, f"{source} score differences", comparison)
 
 
 def score_differences(scores: np.ndarray, visible: np.ndarray) -> np.ndarray:
@@ -147,36 +144,36 @@ def log_weight_differences(weights: np.ndarray, visible: np.ndarray) -> np.ndarr
 
 @pytest.mark.claim("DOT-GROWTH")
 @pytest.mark.parametrize(("d", "expected_std"), [(64, 8), (256, 16), (4096, 64)])
-def test_dot_products_grow_as_sqrt_d(d, expected_std):
+def test_dot_products_grow_as_sqrt_d(document, d, expected_std):
     """Components with unit variance: the dot product has variance d and fourth moment 3d^2 + 6d
     (each product of two standard normals has fourth moment 9)."""
     dots = sample_dot_products(np.random.default_rng([MATH_SEED, d]), d, samples=8000)
     assert expected_std == math.isqrt(d)
-    observed, bound = check_variance("DOT-GROWTH", f"d={d}", dots, d, 3 * d * d + 6 * d)
+    observed, bound = check_variance(document, f"d={d}", dots, d, 3 * d * d + 6 * d)
+    document.notes.note_figure(f"dot-product std/{d}", math.sqrt(observed))
     # The same bound rejects the unit-norm law (std 1/sqrt(d)): the test can tell the two apart.
     assert abs(observed - 1 / d) > bound
 
 
 @pytest.mark.claim("DOT-GROWTH")
 @pytest.mark.parametrize("d", [64, 256, 4096])
-def test_erratum_unit_norm_vectors_shrink_as_one_over_sqrt_d(d):
+def test_erratum_unit_norm_vectors_shrink_as_one_over_sqrt_d(document, d):
     """The document says "unit vectors". For unit-*norm* vectors the dot product has variance 1/d
     and fourth moment 3 / (d (d + 2)): it shrinks with d, so the document's numbers (8, 16, 64)
     are those of unit-variance components."""
     dots = sample_dot_products(np.random.default_rng([MATH_SEED, d, 1]), d, 8000, unit_norm=True)
-    observed, bound = check_variance(
-        "DOT-GROWTH", f"unit-norm d={d}", dots, 1 / d, 3 / (d * (d + 2))
-    )
+    observed, bound = check_variance(document, f"unit-norm d={d}", dots, 1 / d, 3 / (d * (d + 2)))
+    document.notes.note_figure(f"unit-norm dot-product std/{d}", math.sqrt(observed))
     assert abs(observed - d) > bound
 
 
 @pytest.mark.claim("SCALE-UNIT")
 @pytest.mark.parametrize("d_k", [16, 64, 256, 1024, 4096])
-def test_scaled_scores_have_unit_scale(d_k):
+def test_scaled_scores_have_unit_scale(document, d_k):
     """q . k / sqrt(d_k) has variance 1 and fourth moment 3 + 6 / d_k, for every d_k."""
     dots = sample_dot_products(np.random.default_rng([MATH_SEED, d_k, 2]), d_k, 8000)
     scaled = dots / math.sqrt(d_k)
-    _observed, bound = check_variance("SCALE-UNIT", f"d_k={d_k}", scaled, 1.0, 3 + 6 / d_k)
+    _observed, bound = check_variance(document, f"d_k={d_k}", scaled, 1.0, 3 + 6 / d_k)
     assert abs(float(np.mean(dots**2)) - 1.0) > bound  # and the same bound rejects the unscaled
 
 
@@ -189,9 +186,7 @@ def test_default_scale_is_one_over_sqrt_head_dim(subject, dtype):
     all give outputs at least 4 budgets away; only 1/sqrt(D) fits."""
     case = Case(batch=1, heads=4, tq=48, head_dim=32, dtype=dtype)
     q, k, v = subject.inputs(case, spread=1.5)
-    comparison = assert_matches_oracle(
-        "SCALE-FORMULA", subject, case, subject.call(case, q, k, v), q, k, v
-    )
+    comparison = assert_matches_oracle(subject, case, subject.call(case, q, k, v), q, k, v)
     truth = reference_attention(q, k, v)
     for wrong in (1 / 32, 1 / math.sqrt(4 * 32), 1 / 8):
         gap = np.abs(reference_attention(q, k, v, scale=wrong) - truth).max()
@@ -202,9 +197,7 @@ def test_default_scale_is_one_over_sqrt_head_dim(subject, dtype):
 def test_explicit_scale_overrides_the_default(subject, dtype):
     case = Case(batch=1, heads=2, tq=40, head_dim=64, dtype=dtype, scale=0.37)
     q, k, v = subject.inputs(case)
-    comparison = assert_matches_oracle(
-        "SCALE-FORMULA", subject, case, subject.call(case, q, k, v), q, k, v
-    )
+    comparison = assert_matches_oracle(subject, case, subject.call(case, q, k, v), q, k, v)
     gap = np.abs(reference_attention(q, k, v) - reference_attention(q, k, v, scale=0.37)).max()
     assert gap > 4 * comparison.allowed
 
@@ -220,13 +213,10 @@ def test_andrea_default_scale_is_exactly_one_eighth(subject, dtype):
     case = Case(batch=1, heads=2, tq=70, head_dim=ANDREA_D_K, dtype=dtype)
     q, k, v = subject.inputs(case)
     explicit = case.with_(scale=0.125)
-    comparison = assert_matches_oracle(
-        "SCALE-FORMULA", subject, explicit, subject.call(explicit, q, k, v), q, k, v
-    )
+    comparison = assert_matches_oracle(subject, explicit, subject.call(explicit, q, k, v), q, k, v)
     error, index = max_error(subject.call(case, q, k, v), subject.call(explicit, q, k, v))
     if not error <= comparison.allowed:
         fail(
-            "SCALE-FORMULA",
             subject,
             case,
             f"out(scale=None) differs from out(scale=0.125) by "
@@ -269,7 +259,7 @@ def test_reciprocal_multiply_matches_division_within_one_ulp():
 
 
 @pytest.mark.claim("SOFTMAX-SATURATION")
-def test_unscaled_softmax_saturates_and_scaled_one_does_not():
+def test_unscaled_softmax_saturates_and_scaled_one_does_not(document):
     """Thresholds: without scaling the mean largest weight is >= 0.75 at every d_k and the share
     of rows with a vanishing Jacobian (norm < 1e-2) is >= 0.15 at d_k = 64, >= 0.5 from 1024 on,
     and grows with d_k. With 1/sqrt(d_k) the mean largest weight stays <= 0.15, no row's Jacobian
@@ -283,6 +273,10 @@ def test_unscaled_softmax_saturates_and_scaled_one_does_not():
         f"median |J| {s[2]:.2e}"
         for d, u, s in zip(dims, unscaled, scaled, strict=True)
     )
+    document.notes.note_figure(
+        "largest weight",
+        {"d_k": list(dims), "unscaled": [u[0] for u in unscaled], "scaled": [s[0] for s in scaled]},
+    )
     vanishing = [u[1] for u in unscaled]
     checks = [
         all(u[0] >= 0.75 for u in unscaled),
@@ -293,4 +287,4 @@ def test_unscaled_softmax_saturates_and_scaled_one_does_not():
         all(abs(s[2] / scaled[0][2] - 1) <= 0.2 for s in scaled),
     ]
     if not all(checks):
-        fail("SOFTMAX-SATURATION", None, None, f"thresholds not met ({checks}):\n{report}")
+        fail(document, None, f"thresholds not met ({checks}):\n{report}")

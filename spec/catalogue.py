@@ -44,10 +44,10 @@ class Claim:
     follows_from: tuple[str, ...] = ()
     erratum: str | None = None
 
-    @property
-    def fails_run(self) -> bool:
-        """Whether a failure of this claim fails the run without ``--strict``."""
-        return self.level == "MUST"
+    def fails_run(self, fail_on_should: bool = False) -> bool:
+        """Whether a failure of this claim fails the run: a MUST claim's always, a SHOULD
+        claim's under ``--fail-on-should``, an INFO claim's never."""
+        return self.level == "MUST" or (fail_on_should and self.level == "SHOULD")
 
 
 @dataclass(frozen=True)

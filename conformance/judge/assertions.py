@@ -1,7 +1,8 @@
 """Assertion helpers for conformance tests.
 
-Each takes the claim ID first, hides its own frame from the traceback, and fails with one
-consistent message:
+Each takes the test's subject first (an implementation bound to the test, or the document for
+the mathematics tests; either knows the test's claims from its marker), hides its own frame from
+the traceback, and fails with one consistent message:
 
     <what>=<got>, but should be <expected> [CLAIM-ID numpy attention(causal=True, scale=None)]
     reproduce: python -m pytest '<test id>' --impl numpy --attnspec-seed 0   # B=1 H=2 ...
@@ -12,49 +13,48 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.judge.harness import Case, Subject
+from conformance.judge.harness import Case, Document, Subject
 from conformance.judge.tolerance import Comparison, compare_to_oracle
 from conformance.run.workers import ImplementationRaised
 from impls.contract import CONVENTIONS
 
 
-def fail(claim: str, subject: Subject | None, case: Case | None, message: str) -> None:
+def fail(subject: Subject | Document, case: Case | None, message: str) -> None:
     __tracebackhide__ = True
-    where = [claim]
-    if subject is not None:
+    where = [*subject.claims]
+    if subject.name is not None:
         where.append(subject.name)
     if case is not None:
         where.append(case.call_signature())
     text = f"{message} [{' '.join(where)}]"
-    if subject is not None:
+    if subject.name is not None:
         text += f"\nreproduce: {subject.reproducer(case)}"
     pytest.fail(text, pytrace=False)
 
 
-def assert_shape(claim: str, subject: Subject, case: Case, what: str, got, expected) -> None:
+def assert_shape(subject: Subject | Document, case: Case, what: str, got, expected) -> None:
     __tracebackhide__ = True
     if tuple(got) != tuple(expected):
-        fail(claim, subject, case, f"{what}={tuple(got)}, but should be {tuple(expected)}")
+        fail(subject, case, f"{what}={tuple(got)}, but should be {tuple(expected)}")
 
 
-def assert_equal(claim: str, subject: Subject, case: Case, what: str, got, expected) -> None:
+def assert_equal(subject: Subject | Document, case: Case, what: str, got, expected) -> None:
     __tracebackhide__ = True
     if got != expected:
-        fail(claim, subject, case, f"{what}={got!r}, but should be {expected!r}")
+        fail(subject, case, f"{what}={got!r}, but should be {expected!r}")
 
 
 def assert_identical(
-    claim: str, subject: Subject, case: Case, what: str, got: np.ndarray, expected: np.ndarray
+    subject: Subject | Document, case: Case, what: str, got: np.ndarray, expected: np.ndarray
 ) -> None:
     """Bit-for-bit equality (NaNs equal to NaNs), reporting the first differing index."""
     __tracebackhide__ = True
-    assert_shape(claim, subject, case, f"{what}.shape", np.shape(got), np.shape(expected))
+    assert_shape(subject, case, f"{what}.shape", np.shape(got), np.shape(expected))
     got, expected = np.asarray(got), np.asarray(expected)
     differs = ~((got == expected) | (np.isnan(got) & np.isnan(expected)))
     if differs.any():
         index = tuple(int(i) for i in np.argwhere(differs)[0])
         fail(
-            claim,
             subject,
             case,
             f"{what} differs in {int(differs.sum())} of {differs.size} elements, first at {index}: "
@@ -62,26 +62,25 @@ def assert_identical(
         )
 
 
-def answer_or_none_if_raised(claim: str, subject: Subject, problem: str, call):
+def answer_or_none_if_raised(subject: Subject, problem: str, call):
     """What ``call()`` returned, or None where the implementation raised; an error without a
-    message fails ``claim``."""
+    message fails the test's claim."""
     __tracebackhide__ = True
     try:
         return call()
     except ImplementationRaised as exc:
         if not exc.message.strip():
-            fail(claim, subject, None, f"{problem}: raised {exc.type_name} with no message")
+            fail(subject, None, f"{problem}: raised {exc.type_name} with no message")
         return None
 
 
-def assert_raises_clearly(claim: str, subject: Subject, case: Case, problem: str, call) -> None:
+def assert_raises_clearly(subject: Subject, case: Case, problem: str, call) -> None:
     """``call()`` raises an exception with a message: any type, as long as it says something."""
     __tracebackhide__ = True
-    out = answer_or_none_if_raised(claim, subject, problem, call)
+    out = answer_or_none_if_raised(subject, problem, call)
     if out is None:
         return
     fail(
-        claim,
         subject,
         case,
         f"{problem}: returned {type(out).__name__} of shape {getattr(out, 'shape', '?')}, "
@@ -90,7 +89,7 @@ def assert_raises_clearly(claim: str, subject: Subject, case: Case, problem: str
 
 
 def assert_follows_convention(
-    claim: str, subject: Subject, problem: str, convention: str, followed: str | None, why_not: str
+    subject: Subject, problem: str, convention: str, followed: str | None, why_not: str
 ) -> None:
     """The answer to ``problem`` followed one of ``convention``'s accepted values, and the one the
     implementation declares if it declares one; the one followed goes to the report."""
@@ -98,35 +97,30 @@ def assert_follows_convention(
     accepted = CONVENTIONS[convention]
     if followed is None:
         fail(
-            claim,
             subject,
             None,
             f"{problem}: {why_not}; it should raise an error or follow {convention}="
             + " or ".join(v for v in accepted if v != "raise"),
         )
-    declared = subject.impl.capabilities.convention(convention)
+    declared = subject.client.capabilities.convention(convention)
     if declared is not None and followed != declared:
         fail(
-            claim,
             subject,
             None,
             f"{problem}: {convention}={followed} ({accepted[followed]}), but it declares "
             f"{convention}={declared} ({accepted[declared]})",
         )
-    subject.note_convention(convention, followed)
+    subject.notes.note_convention(convention, followed)
 
 
-def assert_within_budget(
-    claim: str, subject: Subject, case: Case, what: str, comparison: Comparison
-) -> None:
+def assert_within_budget(subject: Subject, case: Case, what: str, comparison: Comparison) -> None:
     __tracebackhide__ = True
-    subject.note_budget_fraction(comparison.budget_fraction)
+    subject.notes.note_budget_fraction(comparison.budget_fraction)
     if not comparison.ok:
-        fail(claim, subject, case, f"{what}: {comparison.describe()}")
+        fail(subject, case, f"{what}: {comparison.describe()}")
 
 
 def assert_matches_oracle(
-    claim: str,
     subject: Subject,
     case: Case,
     out: np.ndarray,
@@ -140,9 +134,9 @@ def assert_matches_oracle(
     """``out`` is attention(q, k, v) - or ``truth``, where the test knows it another way - within
     the tolerance budget for the case's dtype."""
     __tracebackhide__ = True
-    assert_shape(claim, subject, case, f"{what}.shape", out.shape, case.out_shape)
+    assert_shape(subject, case, f"{what}.shape", out.shape, case.out_shape)
     comparison = compare_to_oracle(
         out, q, k, v, dtype=case.dtype, causal=case.causal, scale=case.scale, truth=truth
     )
-    assert_within_budget(claim, subject, case, what, comparison)
+    assert_within_budget(subject, case, what, comparison)
     return comparison

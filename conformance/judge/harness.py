@@ -9,12 +9,13 @@ reproduce the call - implementation, seed, test id, shapes, dtype, causal, scale
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pytest
 
+from conformance.run.recording import TestNotes
 from conformance.run.workers import ImplementationBroke, ImplementationClient
 from spec.dtypes import round_to
 from spec.formula import causal_mask
@@ -83,32 +84,38 @@ def random_stream(seed: int, test_id: str) -> np.random.Generator:
 
 
 @dataclass
-class Subject:
-    """An implementation under test, bound to one test's random stream and reproducer."""
+class Document:
+    """The document itself as a test's subject: the mathematics tests check its claims on no
+    implementation, and say so in their failure messages."""
 
-    impl: ImplementationClient
+    test_id: str
+    claims: tuple[str, ...]  # the test's claims, from its marker
+    notes: TestNotes = field(default_factory=TestNotes)
+    name = None  # no implementation
+
+    def reproducer(self, case: Case | None = None) -> str:
+        return f"python -m pytest '{self.test_id}'"
+
+
+@dataclass
+class Subject:
+    """An implementation under test, bound to one test: its claims, its random stream, its
+    reproducer and what the judge notes along the way."""
+
+    client: ImplementationClient
     selector: str  # what to pass to --impl to select it again
     seed: int
     test_id: str
+    claims: tuple[str, ...] = ()  # the test's claims, from its marker
     rerun_options: str = ""  # further options the reproducer needs (hypothesis profile, seed)
+    notes: TestNotes = field(default_factory=TestNotes)
 
     def __post_init__(self) -> None:
         self.rng = random_stream(self.seed, self.test_id)
-        self.worst_budget_fraction: float | None = None  # largest error / budget judged so far
-        self.conventions: dict[str, str] = {}  # convention -> the value this test saw followed
-
-    def note_budget_fraction(self, fraction: float) -> None:
-        """Remember an error judged against its tolerance budget, for the report."""
-        if self.worst_budget_fraction is None or not fraction <= self.worst_budget_fraction:
-            self.worst_budget_fraction = fraction
-
-    def note_convention(self, convention: str, followed: str) -> None:
-        """Remember which convention (impls.contract.CONVENTIONS) the implementation followed."""
-        self.conventions[convention] = followed
 
     @property
     def name(self) -> str:
-        return self.impl.name
+        return self.client.name
 
     def inputs(
         self, case: Case, spread: float = 1.0, rng: np.random.Generator | None = None
@@ -126,7 +133,7 @@ class Subject:
         depend on D: the nearest declared one above the test's (else the largest), so that a
         kernel compiled for a few head dims is still checked rather than skipped. A Dv equal to
         D follows it."""
-        declared = self.impl.capabilities.head_dims
+        declared = self.client.capabilities.head_dims
         if declared is None or case.head_dim in declared:
             return case
         above = [d for d in sorted(declared) if d >= case.head_dim]
@@ -137,7 +144,7 @@ class Subject:
     def require(self, case: Case, *, weights: bool = False, autograd: bool = False) -> None:
         """Skip, naming the missing capability, when the implementation does not declare what
         ``case`` needs."""
-        caps = self.impl.capabilities
+        caps = self.client.capabilities
         missing = [
             what
             for what, needed, declared in (
@@ -156,7 +163,7 @@ class Subject:
             pytest.skip(f"{self.name} does not declare {', '.join(missing)}")
 
     def to_native(self, case: Case, *arrays: np.ndarray) -> list[Any]:
-        return [self.impl.from_numpy(a, case.dtype) for a in arrays]
+        return [self.client.from_numpy(a, case.dtype) for a in arrays]
 
     def call_native(self, case: Case, q, k, v) -> Any:
         """The implementation's native output for float64 arrays q, k, v (exact in the dtype).
@@ -164,11 +171,11 @@ class Subject:
         Skips, with the reason, when the implementation does not declare what the case needs."""
         self.require(case)
         nq, nk, nv = self.to_native(case, q, k, v)
-        return self.impl.attention(nq, nk, nv, causal=case.causal, scale=case.scale)
+        return self.client.attention(nq, nk, nv, causal=case.causal, scale=case.scale)
 
     def call(self, case: Case, q, k, v) -> np.ndarray:
         """The implementation's output as a float64 NumPy array of the case's output shape."""
-        out = self.impl.to_numpy(self.call_native(case, q, k, v))
+        out = self.client.to_numpy(self.call_native(case, q, k, v))
         if out.shape != case.out_shape:
             raise ImplementationBroke(
                 f"{self.name} returned shape {out.shape}, but should return {case.out_shape} "

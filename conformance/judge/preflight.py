@@ -3,13 +3,14 @@
 A kernel that returns a list, None or a wrong shape would fail every test the same way, and
 hundreds of identical failures hide the one sentence that matters. The suite calls each
 implementation once, before its tests, on one small case; if the answer breaks the contract, it
-says so once (see ``fold_broken_implementations`` in :mod:`conformance.plugin`).
+says so once (see ``fold_broken`` in :mod:`conformance.run.collection`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from conformance.run.selection import Selected
 from conformance.run.workers import (
     ImplementationBroke,
     ImplementationClient,
@@ -43,3 +44,16 @@ def preflight_failure(client: ImplementationClient) -> str | None:
             f"should return {shape}; not judged further"
         )
     return None
+
+
+def broken_implementations(selection: list[Selected]) -> dict[str, str]:
+    """name -> why its first call breaks the contract, for each selected implementation that
+    can run here and whose first call does."""
+    broken = {}
+    for selected in selection:
+        if selected.skip_reason:
+            continue
+        failure = preflight_failure(selected.client)
+        if failure:
+            broken[selected.client.name] = failure
+    return broken

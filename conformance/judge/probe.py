@@ -36,15 +36,15 @@ def exposed_weights(subject: Subject, case: Case, q: np.ndarray, k: np.ndarray) 
     """The weights from ``attention_weights``, for implementations that expose them."""
     subject.require(case, weights=True)
     native_q, native_k = subject.to_native(case, q, k)
-    native = subject.impl.attention_weights(
+    native = subject.client.attention_weights(
         native_q, native_k, causal=case.causal, scale=case.scale
     )
-    return subject.impl.to_numpy(native).astype(np.float64)
+    return subject.client.to_numpy(native).astype(np.float64)
 
 
 def all_weights(subject: Subject, case: Case, q, k) -> list[tuple[str, np.ndarray]]:
     """("probe", weights) for every implementation, and ("exposed", weights) where it has them."""
     found = [("probe", recover_weights(subject, case, q, k))]
-    if subject.impl.capabilities.exposes_weights:
+    if subject.client.capabilities.exposes_weights:
         found.append(("exposed", exposed_weights(subject, case, q, k)))
     return found

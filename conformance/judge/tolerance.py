@@ -17,7 +17,7 @@ float64, whose baseline *is* the oracle's computation and so has no error at all
 rounding of the scores (a score s is off by up to u|s|, which exp() turns into a relative error
 of u|s| in its weight).
 
-Run ``python -m conformance.judge.survey`` to see where the built-ins sit inside these budgets.
+Run ``python -m conformance.survey`` to see where the built-ins sit inside these budgets.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ BUDGETS = {
         reason=(
             "Two float32 evaluations with different matmul blocking have errors of the same order "
             "but not the same maximum: torch_sdpa's float32 error has been seen at up to 2.2x the "
-            "baseline's (python -m conformance.judge.survey prints the ratio), so 3x is tight yet "
+            "baseline's (python -m conformance.survey prints the ratio), so 3x is tight yet "
             "free of false alarms."
         ),
     ),

@@ -1,8 +1,10 @@
-"""The self-contained HTML report: the matrix, the environment, and the document's figures.
+"""The self-contained HTML report: the matrix, the environment, and the figures that the run's
+tests recorded (the document's measurements, each implementation's causal weights).
 
-Plots are PNGs drawn with matplotlib and embedded as data URIs, so the file travels alone (a
-pull-request attachment, a CI artefact). Without matplotlib the report still renders, with a
-note where the plots would be.
+It renders data only: nothing is computed and no implementation is called here. Plots are PNGs
+drawn with matplotlib and embedded as data URIs, so the file travels alone (a pull-request
+attachment, a CI artefact). Without matplotlib the report still renders, with a note where the
+plots would be.
 """
 
 from __future__ import annotations
@@ -15,19 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from conformance.judge.harness import Case, Subject
-from conformance.judge.measurements import dot_product_std, saturation
-from conformance.judge.probe import recover_weights
-from conformance.report.json_report import matrix_lines
-from conformance.run.workers import (
-    ImplementationBroke,
-    ImplementationDied,
-    ImplementationRaised,
-    open_clients,
-)
-from impls.registry import RegistryError
+from conformance.report.matrix import matrix_lines
+from conformance.run.ledger import MATHEMATICS, RowVerdict
 
-HEAT_MAP_CASE = Case(batch=1, heads=1, tq=24, head_dim=16, dtype="float64")
+HEAT_MAPS_SHOWN = 4
+HOW_OBTAINED = {"probe": "recovered through the probe", "exposed": "as it exposes them"}
 
 
 def _png(figure) -> str:
@@ -36,79 +30,75 @@ def _png(figure) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-HEAT_MAPS_SHOWN = 4
+def heat_maps(report: dict, recorded: dict[str, dict]) -> list[tuple[str, str, dict]]:
+    """(name, verdict, recorded weights) for up to HEAT_MAPS_SHOWN implementations whose tests
+    recorded their causal weights, those that fail first: the picture a reviewer needs is the
+    failing one."""
+    shown = [
+        (s["name"], s["verdict"], recorded[s["name"]]["causal attention weights"])
+        for s in report["subjects"]
+        if "causal attention weights" in recorded.get(s["name"], {})
+    ]
+    shown.sort(key=lambda entry: entry[1] != RowVerdict.FAILS)
+    return shown[:HEAT_MAPS_SHOWN]
 
 
-def _heat_map_sources(report: dict) -> list[tuple[str, str, np.ndarray]]:
-    """(name, verdict, causal attention weights recovered through the probe) for up to
-    HEAT_MAPS_SHOWN implementations that ran, those that fail first: the picture a reviewer
-    needs is the failing one. Each is called in a worker of its own, as in the run."""
-    ran = [s for s in report["subjects"] if s.get("selector") and s["verdict"] != "NOT RUN"]
-    ran.sort(key=lambda s: s["verdict"] != "FAILS")
-    maps = []
-    for subject in ran[:HEAT_MAPS_SHOWN]:
-        try:
-            (client,) = open_clients([subject["selector"]])
-        except RegistryError:
-            continue
-        try:
-            if client.unavailable_reason():
-                continue
-            dtypes = client.capabilities.dtypes
-            case = HEAT_MAP_CASE.with_(dtype="float64" if "float64" in dtypes else dtypes[0])
-            probe = Subject(
-                client, subject["selector"], seed=report["environment"]["seed"], test_id="map"
-            )
-            q, k, _ = probe.inputs(case, spread=2.0)
-            try:
-                weights = recover_weights(probe, case, q, k)[0, 0]
-            except (ImplementationRaised, ImplementationBroke, ImplementationDied):
-                continue
-            maps.append((subject["name"], subject["verdict"], weights))
-        finally:
-            client.close()
-    return maps
+def recorded_series(recorded: dict[str, object], prefix: str) -> tuple[list[int], list[float]]:
+    """(d, value) pairs of the figures named ``prefix/d``, in order of d."""
+    points = sorted(
+        (int(name.rsplit("/", 1)[1]), value)
+        for name, value in recorded.items()
+        if name.rsplit("/", 1)[0] == prefix
+    )
+    return [d for d, _ in points], [value for _, value in points]
 
 
-def figures(report: dict) -> list[tuple[str, str]]:
-    """(caption, base64 PNG) for each plot. Raises ImportError without matplotlib."""
+def figures(report: dict, recorded: dict[str, dict]) -> list[tuple[str, str]]:
+    """(caption, base64 PNG) for each plot of what the run recorded (row -> figure name ->
+    data). Raises ImportError without matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
     plots = []
-    dims = [16, 64, 256, 1024, 4096]
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.loglog(dims, [dot_product_std(d) for d in dims], "o-", label="measured std of q.k")
-    ax.loglog(dims, [math.sqrt(d) for d in dims], "--", label="sqrt(d)")
-    ax.loglog(dims, [dot_product_std(d, unit_norm=True) for d in dims], "s-", label="unit vectors")
-    ax.set_xlabel("d")
-    ax.set_ylabel("std of the dot product")
-    ax.legend()
-    plots.append(("Dot-product magnitude against d (DOT-GROWTH, with its erratum)", _png(fig)))
-    plt.close(fig)
+    document = recorded.get(MATHEMATICS, {})
+    dims, stds = recorded_series(document, "dot-product std")
+    if dims:
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        ax.loglog(dims, stds, "o-", label="measured std of q.k")
+        ax.loglog(dims, [math.sqrt(d) for d in dims], "--", label="sqrt(d)")
+        unit_dims, unit_stds = recorded_series(document, "unit-norm dot-product std")
+        if unit_dims:
+            ax.loglog(unit_dims, unit_stds, "s-", label="unit vectors")
+        ax.set_xlabel("d")
+        ax.set_ylabel("std of the dot product")
+        ax.legend()
+        plots.append(("Dot-product magnitude against d (DOT-GROWTH, with its erratum)", _png(fig)))
+        plt.close(fig)
 
-    d_ks = [16, 64, 256, 1024, 4096]
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.semilogx(d_ks, [saturation(d, 1.0)[0] for d in d_ks], "o-", label="unscaled")
-    ax.semilogx(d_ks, [saturation(d, 1 / math.sqrt(d))[0] for d in d_ks], "s-", label="1/sqrt(d_k)")
-    ax.set_xlabel("d_k")
-    ax.set_ylabel("mean largest attention weight")
-    ax.set_ylim(0, 1.05)
-    ax.legend()
-    plots.append(("Largest attention weight against d_k (SOFTMAX-SATURATION)", _png(fig)))
-    plt.close(fig)
+    largest = document.get("largest weight")
+    if largest:
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        ax.semilogx(largest["d_k"], largest["unscaled"], "o-", label="unscaled")
+        ax.semilogx(largest["d_k"], largest["scaled"], "s-", label="1/sqrt(d_k)")
+        ax.set_xlabel("d_k")
+        ax.set_ylabel("mean largest attention weight")
+        ax.set_ylim(0, 1.05)
+        ax.legend()
+        plots.append(("Largest attention weight against d_k (SOFTMAX-SATURATION)", _png(fig)))
+        plt.close(fig)
 
-    for name, verdict, weights in _heat_map_sources(report):
+    for name, verdict, recorded_map in heat_maps(report, recorded):
         fig, ax = plt.subplots(figsize=(4.2, 3.6))
-        image = ax.imshow(weights, cmap="viridis")
+        image = ax.imshow(np.array(recorded_map["weights"]), cmap="viridis")
         fig.colorbar(image, ax=ax)
         ax.set_xlabel("key j")
         ax.set_ylabel("query i")
         plots.append(
             (
-                f"Causal attention weights of {name} ({verdict}), recovered through the probe",
+                f"Causal attention weights of {name} ({verdict}, {recorded_map['dtype']}), "
+                + HOW_OBTAINED.get(recorded_map["source"], recorded_map["source"]),
                 _png(fig),
             )
         )
@@ -138,7 +128,7 @@ def figures(report: dict) -> list[tuple[str, str]]:
     return plots
 
 
-def render_html(report: dict) -> str:
+def render_html(report: dict, recorded: dict[str, dict]) -> str:
     environment = report["environment"]
     rows = "".join(
         f"<tr><th>{html.escape(str(key))}</th><td>{html.escape(str(value))}</td></tr>"
@@ -159,7 +149,7 @@ def render_html(report: dict) -> str:
         plots = "".join(
             f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
             f"<figcaption>{html.escape(caption)}</figcaption></figure>"
-            for caption, data in figures(report)
+            for caption, data in figures(report, recorded)
         )
     except ImportError:
         plots = "<p class='note'>Plots need matplotlib (<code>pip install matplotlib</code>).</p>"
@@ -189,6 +179,5 @@ figure {{ display: inline-block; margin: 1em; vertical-align: top; }}
 """
 
 
-def write_html(path: Path, report: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(report), encoding="utf-8")
+def write_html(path: Path, report: dict, recorded: dict[str, dict]) -> None:
+    path.write_text(render_html(report, recorded), encoding="utf-8")

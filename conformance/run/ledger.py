@@ -1,8 +1,11 @@
-"""Per-implementation, per-claim verdicts, gathered from test reports.
+"""Per-implementation, per-claim verdicts, gathered from test outcomes.
 
 A claim is *met* by an implementation when at least one of its tests ran and none failed, *failed*
 when any failed, and *not checked* when every test was skipped (the reasons are kept). A SHOULD
-claim that fails is *unmet*: reported, but not a failure of the run unless ``--strict``.
+claim that fails is *unmet*: reported, but not a failure of the run unless ``--fail-on-should``.
+
+The three vocabularies below are the only spelling of outcomes and verdicts: the terminal
+summary, the matrix, the JSON report and the HTML report all use them.
 """
 
 from __future__ import annotations
@@ -10,12 +13,39 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from spec.catalogue import Catalogue
 
 MATHEMATICS = "(mathematics)"  # the row for tests of the document itself, run once
 
-MET, FAILED, UNMET, NOT_CHECKED = "met", "FAILED", "unmet", "not checked"
+
+class TestOutcome(StrEnum):
+    """What one test said about its claims."""
+
+    __test__ = False  # not a pytest test class
+
+    PASSED = "passed"
+    FAILED = "failed"
+    UNMET = "unmet"  # a SHOULD (or INFO) claim's test failed: an expected failure
+    SKIPPED = "skipped"
+
+
+class ClaimVerdict(StrEnum):
+    """What a row's tests of one claim add up to."""
+
+    MET = "met"
+    FAILED = "FAILED"
+    UNMET = "unmet"
+    NOT_CHECKED = "not checked"
+
+
+class RowVerdict(StrEnum):
+    """What a row (an implementation, or the document's mathematics) adds up to."""
+
+    CONFORMS = "conforms"
+    FAILS = "FAILS"
+    NOT_RUN = "NOT RUN"
 
 
 @dataclass
@@ -30,14 +60,14 @@ class ClaimRecord:
     first_failure: dict | None = None  # {"test", "message", "reproducer"} of its first failure
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> ClaimVerdict:
         if self.failed:
-            return FAILED
+            return ClaimVerdict.FAILED
         if self.unmet:
-            return UNMET
+            return ClaimVerdict.UNMET
         if self.passed:
-            return MET
-        return NOT_CHECKED
+            return ClaimVerdict.MET
+        return ClaimVerdict.NOT_CHECKED
 
 
 MESSAGE_KEPT = 2000  # characters of a failure message kept in the report
@@ -64,40 +94,45 @@ class Ledger:
         self.catalogue = catalogue
         self.implementations = list(implementations)
         self.records: dict[tuple[str, str], ClaimRecord] = defaultdict(ClaimRecord)
-        # subject -> convention -> the values its answers followed (impls.contract.CONVENTIONS)
+        # row -> convention -> the values its answers followed (impls.contract.CONVENTIONS)
         self.conventions: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        # row -> figure name -> what a test recorded for it (a heat map, a measured series)
+        self.figures: dict[str, dict[str, object]] = defaultdict(dict)
 
-    def note_convention(self, subject: str, convention: str, followed: str) -> None:
-        self.conventions[subject][convention].add(followed)
+    def note_figure(self, row: str, name: str, data: object) -> None:
+        self.figures[row].setdefault(name, data)
 
-    def conventions_followed(self, subject: str) -> dict[str, str]:
+    def note_convention(self, row: str, convention: str, followed: str) -> None:
+        self.conventions[row][convention].add(followed)
+
+    def conventions_followed(self, row: str) -> dict[str, str]:
         """convention -> the value followed ("raise/broadcast" where the answers differed)."""
         return {
             name: "/".join(sorted(values))
-            for name, values in sorted(self.conventions.get(subject, {}).items())
+            for name, values in sorted(self.conventions.get(row, {}).items())
         }
 
     def record(
         self,
-        subject: str,
+        row: str,
         claims: list[str],
-        outcome: str,
+        outcome: TestOutcome,
         test_id: str,
         reason: str = "",
         budget_fraction: float | None = None,
         message: str = "",
     ):
         for claim in claims:
-            entry = self.records[(subject, claim)]
+            entry = self.records[(row, claim)]
             if budget_fraction is not None and not (
                 entry.worst_budget_fraction is not None
                 and budget_fraction <= entry.worst_budget_fraction
             ):
                 entry.worst_budget_fraction = budget_fraction
-            if outcome == "passed":
+            if outcome == TestOutcome.PASSED:
                 entry.passed += 1
-            elif outcome in ("failed", "unmet"):
-                if outcome == "failed":
+            elif outcome in (TestOutcome.FAILED, TestOutcome.UNMET):
+                if outcome == TestOutcome.FAILED:
                     entry.failed += 1
                 else:
                     entry.unmet += 1
@@ -110,67 +145,66 @@ class Ledger:
                     entry.skip_reasons.add(reason)
 
     def implementation_records(self) -> list[ClaimRecord]:
-        return [rec for (subject, _), rec in self.records.items() if subject != MATHEMATICS]
+        return [rec for (row, _), rec in self.records.items() if row != MATHEMATICS]
 
     def implementations_checked(self) -> int:
         """How many implementations had at least one test run (not skipped)."""
         ran = {
-            subject
-            for (subject, _), rec in self.records.items()
-            if subject != MATHEMATICS and (rec.passed or rec.failed or rec.unmet)
+            row
+            for (row, _), rec in self.records.items()
+            if row != MATHEMATICS and (rec.passed or rec.failed or rec.unmet)
         }
         return len(ran)
 
-    def subjects(self) -> list[str]:
-        seen = {subject for subject, _ in self.records}
+    def rows(self) -> list[str]:
+        seen = {row for row, _ in self.records}
         ordered = [name for name in self.implementations if name in seen]
         return ([MATHEMATICS] if MATHEMATICS in seen else []) + ordered
 
-    def verdicts(self, subject: str) -> dict[str, ClaimRecord]:
-        return {claim: rec for (name, claim), rec in self.records.items() if name == subject}
+    def verdicts(self, row: str) -> dict[str, ClaimRecord]:
+        return {claim: rec for (name, claim), rec in self.records.items() if name == row}
 
-    def subject_verdict(self, subject: str) -> str:
+    def row_verdict(self, row: str) -> RowVerdict:
         """FAILS when any claim failed, conforms when at least one was checked, else NOT RUN."""
-        verdicts = {rec.verdict for rec in self.verdicts(subject).values()}
-        if FAILED in verdicts:
-            return "FAILS"
-        if verdicts & {MET, UNMET}:
-            return "conforms"
-        return "NOT RUN"
+        verdicts = {rec.verdict for rec in self.verdicts(row).values()}
+        if ClaimVerdict.FAILED in verdicts:
+            return RowVerdict.FAILS
+        if verdicts & {ClaimVerdict.MET, ClaimVerdict.UNMET}:
+            return RowVerdict.CONFORMS
+        return RowVerdict.NOT_RUN
 
     def summary_lines(self) -> list[str]:
         lines = []
-        width = max([len(s) for s in self.subjects()] + [10])
-        for subject in self.subjects():
+        width = max([len(s) for s in self.rows()] + [10])
+        for row in self.rows():
             by_verdict: dict[str, list[str]] = defaultdict(list)
-            for claim, rec in sorted(self.verdicts(subject).items()):
+            for claim, rec in sorted(self.verdicts(row).items()):
                 by_verdict[rec.verdict].append(claim)
-            failed_must = by_verdict[FAILED]
-            verdict = self.subject_verdict(subject)
-            counts = ", ".join(
-                f"{len(by_verdict[v])} {v}"
-                for v in (MET, FAILED, UNMET, NOT_CHECKED)
-                if by_verdict[v]
-            )
-            lines.append(f"{subject:<{width}}  {verdict:<8}  {counts}")
-            followed = self.conventions_followed(subject)
+            failed_must = by_verdict[ClaimVerdict.FAILED]
+            verdict = self.row_verdict(row)
+            counts = ", ".join(f"{len(by_verdict[v])} {v}" for v in ClaimVerdict if by_verdict[v])
+            lines.append(f"{row:<{width}}  {verdict:<8}  {counts}")
+            followed = self.conventions_followed(row)
             if followed:
                 lines.append(
                     f"{'':<{width}}    conventions: "
                     + ", ".join(f"{name}={value}" for name, value in followed.items())
                 )
-            for label, claims in (("failed", failed_must), ("unmet", by_verdict[UNMET])):
+            for label, claims in (
+                ("failed", failed_must),
+                ("unmet", by_verdict[ClaimVerdict.UNMET]),
+            ):
                 for claim in claims:
-                    rec = self.records[(subject, claim)]
+                    rec = self.records[(row, claim)]
                     level = self.catalogue[claim].level if claim in self.catalogue else "?"
                     lines.append(
                         f"{'':<{width}}    {label} {level} {claim}: "
                         f"{rec.failed + rec.unmet} test(s), "
                         f"e.g. {rec.failing_tests[0]}"
                     )
-            if verdict == "NOT RUN":
+            if verdict == RowVerdict.NOT_RUN:
                 reasons = sorted(
-                    set().union(*(r.skip_reasons for r in self.verdicts(subject).values()))
+                    set().union(*(r.skip_reasons for r in self.verdicts(row).values()))
                 )
                 for reason in reasons[:3]:
                     lines.append(f"{'':<{width}}    skipped: {reason}")

@@ -15,13 +15,13 @@ ENV_VAR = "ATTNSPEC_IMPL"
 class Selected:
     """An implementation chosen for this run, with the text that selects it again."""
 
-    impl: ImplementationClient
+    client: ImplementationClient
     selector: str
 
     @property
     def skip_reason(self) -> str | None:
-        reason = self.impl.unavailable_reason()
-        return f"{self.impl.name} cannot run here: {reason}" if reason else None
+        reason = self.client.unavailable_reason()
+        return f"{self.client.name} cannot run here: {reason}" if reason else None
 
 
 def split_names(values: list[str] | None) -> list[str]:
@@ -44,11 +44,6 @@ def split_names_or_fail(option_values: list[str]) -> list[str]:
             f"{given} names no implementation; leave --impl out to judge every built-in"
         )
     return names
-
-
-def claim_patterns(option_values: list[str] | None) -> list[str]:
-    """``--claims`` patterns, upper-cased as claim IDs are (``mask-zero`` is ``MASK-ZERO``)."""
-    return [pattern.upper() for pattern in split_names(option_values)]
 
 
 def select(
@@ -74,12 +69,12 @@ def select(
     selected = [Selected(client, name) for client, name in zip(clients, names, strict=True)]
     seen: dict[str, str] = {}
     for item in selected:
-        if item.impl.name in seen:
+        if item.client.name in seen:
             for client in clients:
                 client.close()
             raise RegistryError(
-                f"{item.selector!r} and {seen[item.impl.name]!r} both name an implementation "
-                f"called {item.impl.name!r}; test ids would collide"
+                f"{item.selector!r} and {seen[item.client.name]!r} both name an implementation "
+                f"called {item.client.name!r}; test ids would collide"
             )
-        seen[item.impl.name] = item.selector
+        seen[item.client.name] = item.selector
     return selected

@@ -1,4 +1,4 @@
-"""Where the built-ins sit inside their tolerance budgets: ``python -m conformance.judge.survey``
+"""Where the built-ins sit inside their tolerance budgets: ``python -m conformance.survey``
 prints, per implementation and dtype, the worst error as a fraction of the budget and against the
 naive baseline's error, over a few shapes, then each dtype's budget and its reason."""
 
@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from conformance.judge.harness import Case, Subject
 from conformance.judge.tolerance import BUDGETS, compare_to_oracle
-from impls.registry import builtin_implementations
+from conformance.report.tables import text_table
+from conformance.run.workers import open_clients
+from impls.registry import BUILTINS
 
 
 def survey(implementations, cases) -> list[tuple[str, str, float, float]]:
@@ -49,10 +51,19 @@ def main() -> None:
         )
         for causal in (True, False)
     ]
-    print(f"{'implementation':<18} {'dtype':<9} {'of budget':>9} {'err/baseline':>12}")
-    for name, dtype, fraction, ratio in survey(builtin_implementations(), cases):
-        ratio_text = f"{ratio:12.2f}" if ratio else f"{'(exact)':>12}"
-        print(f"{name:<18} {dtype:<9} {fraction:9.3f} {ratio_text}")
+    clients = open_clients(list(BUILTINS))
+    try:
+        rows = [
+            (name, dtype, f"{fraction:.3f}", f"{ratio:.2f}" if ratio else "(exact)")
+            for name, dtype, fraction, ratio in survey(clients, cases)
+        ]
+    finally:
+        for client in clients:
+            client.close()
+    for line in text_table(
+        [("implementation", "dtype", "of budget", "err/baseline"), *rows], right=(2, 3)
+    ):
+        print(line)
     for budget in BUDGETS.values():
         print(
             f"\n{budget.dtype}: {budget.baseline_factor:g} x baseline + {budget.floor_u:g}u floor. "

@@ -1,0 +1,94 @@
+"""Which tests a run keeps: every conformance test names its claims once, in its
+``@pytest.mark.claim(...)`` marker, and :func:`claims_of` is the one place that reads it (for the
+plugin, the ``attnspec`` command and the traceability test alike)."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pytest
+
+from conformance.run.ledger import MATHEMATICS
+from spec.catalogue import Catalogue
+
+CONFORMANCE_DIR = Path(__file__).resolve().parent.parent
+CLAIM_MARKER = "claim"
+
+
+def claims_of(node: pytest.Item | Callable) -> list[str]:
+    """The claim IDs a test checks: from a collected item's markers, or from a test function's
+    own ``pytestmark`` (what the ``attnspec`` command reads without collecting)."""
+    if isinstance(node, pytest.Item):
+        markers = node.iter_markers(CLAIM_MARKER)
+    else:
+        markers = (m for m in getattr(node, "pytestmark", ()) if m.name == CLAIM_MARKER)
+    return [claim for marker in markers for claim in marker.args]
+
+
+def is_conformance_test(item: pytest.Item) -> bool:
+    return CONFORMANCE_DIR in Path(item.path).resolve().parents
+
+
+def judged_name(item: pytest.Item) -> str | None:
+    """The name of the implementation a test judges, or None for a test of the document."""
+    callspec = getattr(item, "callspec", None)
+    selected = callspec.params.get("selected") if callspec else None
+    return selected.client.name if selected is not None else None
+
+
+def row_of(item: pytest.Item) -> str:
+    """The verdict row a test's outcome counts for."""
+    return judged_name(item) or MATHEMATICS
+
+
+def marking_problems(items: Iterable[pytest.Item], catalogue: Catalogue) -> list[str]:
+    """Conformance tests without a claim marker, or naming a claim the catalogue lacks."""
+    problems = []
+    for item in items:
+        if not is_conformance_test(item):
+            continue
+        claims = claims_of(item)
+        if not claims:
+            problems.append(f"{item.nodeid}: no @pytest.mark.claim(...) marker")
+        problems += [f"{item.nodeid}: unknown claim {c!r}" for c in claims if c not in catalogue]
+    return problems
+
+
+def split_by_claims(
+    items: list[pytest.Item], patterns: Iterable[str]
+) -> tuple[list[pytest.Item], list[pytest.Item]]:
+    """(kept, dropped): a test is kept when one of its claims matches a pattern (tests without
+    claims, outside the conformance suite, are always kept)."""
+    patterns = list(patterns)
+    if not patterns:
+        return items, []
+    keep, drop = [], []
+    for item in items:
+        claims = claims_of(item)
+        wanted = any(fnmatch.fnmatchcase(c, p) for c in claims for p in patterns)
+        (keep if wanted or not claims else drop).append(item)
+    return keep, drop
+
+
+def fold_broken(
+    items: list[pytest.Item], broken: dict[str, str]
+) -> tuple[list[pytest.Item], list[pytest.Item]]:
+    """(kept, dropped): of an implementation whose first call broke the contract, one test per
+    claim is kept (it fails, saying so once); the rest would fail the same way."""
+    if not broken:
+        return items, []
+    keep, drop, claims_kept = [], [], set()
+    for item in items:
+        name = judged_name(item)
+        if name not in broken:
+            keep.append(item)
+            continue
+        new_claims = {(name, c) for c in claims_of(item)} - claims_kept
+        if new_claims:
+            claims_kept |= new_claims
+            keep.append(item)
+        else:
+            drop.append(item)
+    return keep, drop

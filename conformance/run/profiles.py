@@ -1,0 +1,39 @@
+"""The hypothesis profiles of the suite, registered on import so that hypothesis's own
+``--hypothesis-profile`` can name them; ``ci`` is the run's default."""
+
+from __future__ import annotations
+
+DEFAULT_PROFILE = "ci"
+PROFILES = ("ci", "dev", "thorough")
+
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # hypothesis is a core dependency; its absence is reported by the import
+    settings = None
+else:
+    settings.register_profile(
+        "ci",
+        derandomize=True,
+        max_examples=25,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.register_profile("dev", max_examples=100, deadline=None, print_blob=True)
+    settings.register_profile(
+        "thorough",
+        max_examples=2000,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+
+
+def active_profile(requested: str | None) -> str | None:
+    """The profile the run uses (loading the default where none was requested), or None
+    without hypothesis."""
+    if settings is None:
+        return None
+    if not requested:
+        settings.load_profile(DEFAULT_PROFILE)
+    return settings._current_profile

@@ -1,0 +1,186 @@
+"""From one test's report to the run's ledger: what the judge noted during the test travels on
+its report (through pytest-xdist too) as one record, and the controller's recorder adds it up.
+
+A test whose claims do not fail the run (SHOULD, INFO; see ``Claim.fails_run``) and that fails
+is reported as an expected failure: its claim is *unmet*, not failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import pytest
+
+from conformance.run.collection import claims_of, is_conformance_test, judged_name, row_of
+from conformance.run.ledger import Ledger, TestOutcome
+from conformance.run.workers import ImplementationBroke, ImplementationDied, ImplementationRaised
+from spec.catalogue import Catalogue
+
+RECORD_ATTRIBUTE = "attnspec"  # the report attribute that carries a TestRecord's fields
+
+
+@dataclass
+class TestNotes:
+    """What the judge noted while one test ran."""
+
+    __test__ = False  # not a pytest test class
+
+    budget_fraction: float | None = None  # the largest error / tolerance budget judged
+    conventions: dict[str, str] = field(default_factory=dict)  # convention -> value followed
+    figures: dict[str, object] = field(default_factory=dict)  # name -> data for the HTML report
+
+    def note_budget_fraction(self, fraction: float) -> None:
+        if self.budget_fraction is None or not fraction <= self.budget_fraction:
+            self.budget_fraction = fraction
+
+    def note_convention(self, convention: str, followed: str) -> None:
+        self.conventions[convention] = followed
+
+    def note_figure(self, name: str, data: object) -> None:
+        self.figures.setdefault(name, data)
+
+
+NOTES_KEY = pytest.StashKey[TestNotes]()
+
+
+@dataclass
+class TestRecord:
+    """One test's contribution to the ledger."""
+
+    __test__ = False  # not a pytest test class
+
+    row: str
+    claims: list[str]
+    notes: TestNotes
+    unmet_level: str | None = None  # "SHOULD" or "INFO" when the test failed an expected way
+
+    def attach(self, report: pytest.TestReport) -> None:
+        # Plain data, so that pytest-xdist carries it from its workers to the controller.
+        setattr(report, RECORD_ATTRIBUTE, asdict(self))
+
+    @classmethod
+    def of(cls, report: pytest.TestReport) -> TestRecord | None:
+        data = getattr(report, RECORD_ATTRIBUTE, None)
+        if data is None:
+            return None
+        return cls(**{**data, "notes": TestNotes(**data["notes"])})
+
+
+def tolerated_level(claim_ids: list[str], catalogue: Catalogue, fail_on_should: bool) -> str | None:
+    """ "SHOULD" or "INFO" when no claim of a failing test fails the run, else None."""
+    claims = [catalogue[c] for c in claim_ids if c in catalogue]
+    if not claims or any(claim.fails_run(fail_on_should) for claim in claims):
+        return None
+    return "SHOULD" if any(claim.level == "SHOULD" for claim in claims) else "INFO"
+
+
+def complete_report(
+    item: pytest.Item,
+    call: pytest.CallInfo,
+    report: pytest.TestReport,
+    catalogue: Catalogue,
+    fail_on_should: bool,
+    reproducer: Callable[[], str] | None,
+    output: str,
+) -> pytest.TestReport:
+    """Finish a conformance test's report: the implementation's own words where it failed, its
+    worker's output where the test failed, the judge's notes, and the SHOULD/INFO policy."""
+    if report.when == "call" and output and report.failed:
+        name = judged_name(item)
+        report.sections.append((f"output of {name} (its worker's stdout and stderr)", output))
+    if call.excinfo is not None and isinstance(
+        call.excinfo.value, ImplementationRaised | ImplementationBroke | ImplementationDied
+    ):
+        # The implementation's failure, not the judge's: its words and how to reproduce them,
+        # without the judge's frames.
+        error = call.excinfo.value
+        text = str(error)
+        if isinstance(error, ImplementationRaised) and error.trace:
+            text += "\n" + error.trace.rstrip()
+        if reproducer is not None:
+            text += f"\nreproduce: {reproducer()}"
+        report.longrepr = text
+    if not is_conformance_test(item):
+        return report
+    claims = claims_of(item)
+    record = TestRecord(row_of(item), claims, item.stash.get(NOTES_KEY, None) or TestNotes())
+    if report.when == "call" and report.failed and claims:
+        notes = getattr(call.excinfo.value, "__notes__", None) if call.excinfo else None
+        if notes:
+            # A message-only failure does not print the exception's notes, where hypothesis
+            # puts the falsifying example and its @reproduce_failure blob.
+            report.sections.append(("exception notes (hypothesis)", "\n".join(notes)))
+        level = tolerated_level(claims, catalogue, fail_on_should)
+        if level:
+            first_line = str(report.longrepr).strip().splitlines()[0] if report.longrepr else ""
+            report.outcome = "skipped"
+            report.wasxfail = f"{level} claim not met: {first_line}"
+            record.unmet_level = level
+    record.attach(report)
+    return report
+
+
+def outcome_of(report: pytest.TestReport, record: TestRecord) -> TestOutcome:
+    if record.unmet_level:
+        return TestOutcome.UNMET
+    if report.skipped:
+        return TestOutcome.SKIPPED
+    return TestOutcome(report.outcome)
+
+
+class VerdictRecorder:
+    """Feeds every test report into the run's :class:`Ledger` and prints its summary; on the
+    xdist controller, or in a run without xdist."""
+
+    def __init__(self, ledger: Ledger, finish: Callable[[pytest.Session], None]):
+        self.ledger = ledger
+        self.finish = finish  # writes the reports, once the exit status is known
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        record = TestRecord.of(report)
+        if record is None or not (
+            report.when == "call" or (report.when == "setup" and not report.passed)
+        ):
+            return
+        outcome = outcome_of(report, record)
+        reason = report.longrepr[2] if report.skipped and isinstance(report.longrepr, tuple) else ""
+        message = report.longreprtext if outcome in (TestOutcome.FAILED, TestOutcome.UNMET) else ""
+        self.ledger.record(
+            record.row,
+            record.claims,
+            outcome,
+            report.nodeid,
+            reason,
+            record.notes.budget_fraction,
+            message,
+        )
+        for convention, followed in record.notes.conventions.items():
+            self.ledger.note_convention(record.row, convention, followed)
+        for name, data in record.notes.figures.items():
+            self.ledger.note_figure(record.row, name, data)
+
+    def nothing_checked(self) -> bool:
+        """Every selected implementation was skipped: a green run would claim conformance that
+        nothing showed."""
+        return self.ledger.implementations_checked() == 0 and bool(
+            self.ledger.implementation_records()
+        )
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.nothing_checked():
+            session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+        self.finish(session)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.ledger.records:
+            return
+        terminalreporter.section("attnspec: verdict per implementation")
+        for line in self.ledger.summary_lines():
+            terminalreporter.write_line(line)
+        if self.nothing_checked():
+            terminalreporter.write_line(
+                "attnspec: nothing was checked: every selected implementation was skipped "
+                "(exit status 5)",
+                red=True,
+            )
