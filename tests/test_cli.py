@@ -45,7 +45,7 @@ def mutant_run(tmp_path_factory):
         "--impl",
         f"numpy,{MUTANT}",
         "--claims",
-        "MASK-ZERO,MASK-ROW0,OUT-FORMULA",
+        "MASK-ZERO,MASK-ROW0,OUT-FORMULA,DOT-GROWTH,SOFTMAX-SATURATION",
         "--report-json",
         str(out / "report.json"),
         "--report-html",
@@ -61,11 +61,12 @@ def test_run_prints_the_matrix_with_the_mutant_failing(mutant_run):
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-2000:]
     matrix = run.stdout.split("attnspec: claim x implementation", 1)[1]
     rows = {line.split()[0]: line.split()[2:] for line in matrix.splitlines() if "(MUST)" in line}
-    assert rows["MASK-ZERO"] == ["pass", "FAIL"]
-    assert rows["MASK-ROW0"] == ["pass", "FAIL"]
+    # columns: (mathematics), numpy, the mutant; the document's tests check no MASK claim
+    assert rows["MASK-ZERO"] == ["-", "pass", "FAIL"]
+    assert rows["MASK-ROW0"] == ["-", "pass", "FAIL"]
     numpy_cell, mutant_cell = re.findall(r"(pass|FAIL) ([0-9.e+]+)", matrix.split("OUT-FORMULA")[1])
     assert float(numpy_cell[1]) <= 1 < float(mutant_cell[1])
-    assert re.search(r"verdict\s+conforms\s+FAILS", matrix)
+    assert re.search(r"verdict\s+conforms\s+conforms\s+FAILS", matrix)
 
 
 def test_run_output_ends_with_a_matrix_within_100_columns(mutant_run):
@@ -106,11 +107,12 @@ def test_run_writes_json_html_and_junit(mutant_run):
     assert "numpy: <b>conforms</b>" in html
     assert f"{MUTANT}: <b>FAILS</b>" in html
     if importlib.util.find_spec("matplotlib"):
-        # growth, saturation, a heat map per implementation, budgets
+        # growth, saturation (recorded by DOT-GROWTH's and SOFTMAX-SATURATION's tests), the
+        # causal weights MASK-ZERO's tests recorded for each implementation, budgets
         assert html.count("data:image/png;base64,") == 5
         # the failing implementation's heat map comes first: that is the picture a review needs
-        assert html.index(f"Causal attention weights of {MUTANT} (FAILS)") < html.index(
-            "Causal attention weights of numpy (conforms)"
+        assert html.index(f"Causal attention weights of {MUTANT} (FAILS") < html.index(
+            "Causal attention weights of numpy (conforms"
         )
     else:
         assert "Plots need matplotlib" in html
@@ -123,7 +125,7 @@ def test_html_report_renders_without_matplotlib(monkeypatch, mutant_run):
 
     _, out = mutant_run
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
-    html = render_html(json.loads((out / "report.json").read_text()))
+    html = render_html(json.loads((out / "report.json").read_text()), recorded={})
     assert "Plots need matplotlib" in html
     assert "MASK-ZERO (MUST)" in html
 
@@ -131,7 +133,7 @@ def test_html_report_renders_without_matplotlib(monkeypatch, mutant_run):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["run", "--claims", "NOPE-*"], "--claims NOPE-* matches no claim"),
+        (["run", "--claims", "NOPE-*"], "--claims: NOPE-* matches no claim"),
         (["run", "--profile", "fast"], "invalid choice: 'fast'"),
         (["run", "--workers", "0"], "0, but should be >= 1"),
         (["run", "--seed", "x"], "'x', but should be a whole number"),
@@ -232,7 +234,7 @@ def test_version():
     [
         (["--impl", ""], "names no implementation"),
         (["--impl", "nump"], "did you mean 'numpy'"),
-        (["--claims", "NOPE"], "--claims NOPE matches no claim"),
+        (["--claims", "NOPE"], "--claims: NOPE matches no claim"),
         (["--impl", "numpy", "--report-json", "README.md/r.json"], "is a file, not a directory"),
         (["--impl", "numpy", "--report-json", "no/such/dir/r.json"], "does not exist"),
         (["--impl", "numpy", "--report-html", "conformance"], "is a directory"),

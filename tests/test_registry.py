@@ -64,12 +64,12 @@ def test_entry_points_are_found(monkeypatch):
 
 
 def test_selection_order_and_sources():
-    assert [s.impl.name for s in select(["numpy,numpy_reference", "numpy"])] == [
+    assert [s.client.name for s in select(["numpy,numpy_reference", "numpy"])] == [
         "numpy",
         "numpy_reference",
     ]
-    assert [s.impl.name for s in select(None, {"ATTNSPEC_IMPL": "torch_sdpa"})] == ["torch_sdpa"]
-    assert [s.impl.name for s in select(None, {})] == list(BUILTINS)
+    assert [s.client.name for s in select(None, {"ATTNSPEC_IMPL": "torch_sdpa"})] == ["torch_sdpa"]
+    assert [s.client.name for s in select(None, {})] == list(BUILTINS)
 
 
 def test_two_names_for_one_implementation_are_rejected():

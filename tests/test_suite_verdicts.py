@@ -49,7 +49,7 @@ def test_bad_selection_is_a_usage_error(suite):
 def test_claim_pattern_that_matches_nothing_is_a_usage_error(suite):
     run = suite("--impl", "numpy", "--claims", "NOPE-*")
     assert run.returncode == 4
-    assert "--claims NOPE-* matches no claim" in run.stderr
+    assert "--claims: NOPE-* matches no claim" in run.stderr
 
 
 def test_claims_option_selects_by_claim(suite):
