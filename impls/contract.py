@@ -137,8 +137,8 @@ class Implementation(ABC):
     family: str  # the array library: numpy, torch, cupy, ...
     capabilities: Capabilities
     device: str = "cpu"
-    # Seconds one call may take before the suite calls it a hang (None: the suite's default,
-    # 120 s); an interpreter or a compile-per-shape library declares more.
+    # Seconds one call may take before the suite calls it a hang (None: the suite's default, see
+    # --call-timeout); an interpreter or a compile-per-shape library declares more.
     call_timeout: float | None = None
 
     def version(self) -> str:

@@ -111,7 +111,8 @@ class TorchSdpa(TorchArrays, Implementation):
     PyTorch's ``is_causal`` aligns the mask top-left (query i sees keys j <= i) when Tq != Tk, so
     for Tq < Tk an explicit bottom-right boolean mask is passed instead. The explicit mask is also
     used for a scale of 0 (or below the dtype's smallest normal), where ``is_causal=True`` gives
-    NaN (torch 2.13, CPU: the masked -inf scores are multiplied by the zero scale).
+    NaN on the CPU (the masked -inf scores are multiplied by the zero scale; the README's
+    built-ins section names the test that found it).
     """
 
     capabilities = Capabilities(dtypes=DTYPES, autograd=True, conventions=RAISES_ON_ALL)

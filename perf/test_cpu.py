@@ -20,8 +20,8 @@ pytestmark = pytest.mark.perf
 
 CPU_GATES = [gate for gate in load_gates() if gate.device == "cpu"]
 CPU_BUILTINS = ["numpy", "numpy_flash", "torch_eager", "torch_sdpa"]
-# A shared CPU drifts over tens of seconds (one call measured 30 to 63 ms within a run): 41 rounds
-# spread each median over about 25 s instead of 12.
+# A shared CPU drifts over tens of seconds: more rounds spread each median over a longer window,
+# so that one slow stretch moves it less.
 CPU_GATE_REPEATS = 41
 
 

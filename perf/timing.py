@@ -47,10 +47,9 @@ def interleaved(
     return {name: Timing(name, values) for name, values in seconds.items()}
 
 
-# OpenBLAS's worker threads keep spinning for about 0.1 s after a NumPy matrix product, holding
-# the cores; a PyTorch call started in that window measured 2x slower here (45 ms instead of
-# 20-30 ms for torch_sdpa at the ANDREA shape). Each timed call therefore starts after a pause in
-# which the other library's threads go idle.
+# OpenBLAS's worker threads keep spinning for a while after a NumPy matrix product, holding the
+# cores, and a PyTorch call started in that window runs slower. Each timed call therefore starts
+# after a pause in which the other library's threads go idle.
 SETTLE_SECONDS = 0.25
 
 

@@ -267,3 +267,9 @@ def test_claim_ids_are_case_insensitive_everywhere(suite):
     run = suite("--impl", "numpy", "--claims", "score-shape", "-q")
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "passed" in run.stdout
+
+
+def test_run_strict_names_its_new_name():
+    run = attnspec("run", "--strict", "--impl", "numpy")
+    assert run.returncode == 2
+    assert "--strict is now --fail-on-should" in run.stderr

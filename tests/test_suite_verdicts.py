@@ -78,3 +78,13 @@ def test_bad_seed_is_a_usage_error(suite):
     run = suite("--impl", "numpy", "--attnspec-seed", "minus-one")
     assert run.returncode == 4
     assert "seed='minus-one', but should be a whole number" in run.stderr
+
+
+@pytest.mark.parametrize(("flags", "status"), [((), 0), (("--fail-on-should",), 1)])
+def test_a_should_claim_not_met_fails_the_run_only_on_request(suite, flags, status):
+    # numpy lets a NaN in a future value reach past rows: MASK-NONFINITE, a SHOULD claim.
+    run = suite("--impl", "numpy", "--claims", "MASK-NONFINITE", *flags)
+    assert run.returncode == status, run.stdout[-3000:]
+    assert ("unmet SHOULD MASK-NONFINITE" if status == 0 else "failed SHOULD MASK-NONFINITE") in (
+        run.stdout
+    )

@@ -30,10 +30,11 @@ else:
 
 
 def active_profile(requested: str | None) -> str | None:
-    """The profile the run uses (loading the default where none was requested), or None
-    without hypothesis."""
+    """The profile the run uses, or None without hypothesis: the requested one (hypothesis's own
+    plugin loads it), else the default, loaded here."""
     if settings is None:
         return None
-    if not requested:
-        settings.load_profile(DEFAULT_PROFILE)
-    return settings._current_profile
+    if requested:
+        return requested
+    settings.load_profile(DEFAULT_PROFILE)
+    return DEFAULT_PROFILE
