@@ -2,7 +2,7 @@
 
 Each ``.cu`` file under ``impls/`` is named here with the options it is compiled with (the flash
 kernel takes its tile sizes from :mod:`impls.numpy_flash`, so the CPU mirror and the GPU kernel
-cannot drift apart) and the entry points it must define. ``cupy_backend`` compiles them through
+cannot drift apart) and the entry points it must define. ``cupy_arrays`` compiles them through
 ``cupy.RawModule`` on a GPU; :func:`compile_with_nvrtc` compiles them with NVRTC from the PyPI
 packages ``cuda-bindings`` and ``nvidia-cuda-nvrtc`` (no GPU or driver needed) and reads what
 ptxas reports per kernel: registers, spills, static shared memory.

@@ -40,30 +40,30 @@ BUILTINS: dict[str, Builtin] = {
     "numpy_flash": Builtin(
         "impls.numpy_flash", "NumpyFlash", note="cupy_flash's tiling and online softmax, in NumPy"
     ),
-    "torch_eager": Builtin("impls.torch_backend", "TorchEager", note="the formula in torch ops"),
-    "torch_sdpa": Builtin(
-        "impls.torch_backend", "TorchSdpa", note="F.scaled_dot_product_attention"
-    ),
+    "torch_eager": Builtin("impls.torch_eager", "TorchEager", note="the formula in torch ops"),
+    "torch_sdpa": Builtin("impls.torch_sdpa", "TorchSdpa", note="F.scaled_dot_product_attention"),
     "triton_flash": Builtin(
         "impls.triton_flash",
         "TritonFlash",
         note="fused Triton kernel; on the CPU through TRITON_INTERPRET=1",
     ),
     "jax": Builtin(
-        "impls.jax_backend", "JaxDotProductAttention", note="jax.nn.dot_product_attention"
+        "impls.jax_dot_product_attention",
+        "JaxDotProductAttention",
+        note="jax.nn.dot_product_attention",
     ),
-    "jax_formula": Builtin("impls.jax_backend", "JaxFormula", note="the formula in jax.numpy"),
+    "jax_formula": Builtin("impls.jax_formula", "JaxFormula", note="the formula in jax.numpy"),
     "cupy_naive": Builtin(
-        "impls.cupy_backend", "CupyNaive", note="the document's CUDA kernel, one thread per score"
+        "impls.cupy_naive", "CupyNaive", note="the document's CUDA kernel, one thread per score"
     ),
     "cupy_flash": Builtin(
-        "impls.cupy_backend", "CupyFlash", note="fused CUDA kernel, tensor cores for fp16/bf16"
+        "impls.cupy_flash", "CupyFlash", note="fused CUDA kernel, tensor cores for fp16/bf16"
     ),
     "torch_eager_cuda": Builtin(
-        "impls.torch_backend", "TorchEager", (("device", "cuda"),), note="torch_eager on CUDA"
+        "impls.torch_eager", "TorchEager", (("device", "cuda"),), note="torch_eager on CUDA"
     ),
     "torch_sdpa_cuda": Builtin(
-        "impls.torch_backend", "TorchSdpa", (("device", "cuda"),), note="torch_sdpa on CUDA"
+        "impls.torch_sdpa", "TorchSdpa", (("device", "cuda"),), note="torch_sdpa on CUDA"
     ),
 }
 

@@ -18,7 +18,7 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
-from impls.torch_backend import TorchArrays, torch
+from impls.torch_arrays import TorchArrays, torch
 
 INTERPRETER_DTYPES = ("float32",)
 GPU_DTYPES = ("float32", "float16", "bfloat16")

@@ -85,11 +85,11 @@ def test_an_empty_impl_option_is_a_usage_error_not_every_builtin(values):
 
 def test_torchs_skip_hint_names_the_pinned_version(monkeypatch):
     """An unpinned torch pulls a CUDA build of several GB: the hint must not send users there."""
-    from impls import torch_backend
+    from impls import torch_arrays, torch_sdpa
 
-    monkeypatch.setattr(torch_backend, "torch", None)
-    reason = torch_backend.TorchSdpa.unavailable_reason(
-        torch_backend.TorchSdpa.__new__(torch_backend.TorchSdpa)
+    monkeypatch.setattr(torch_arrays, "torch", None)
+    reason = torch_sdpa.TorchSdpa.unavailable_reason(
+        torch_sdpa.TorchSdpa.__new__(torch_sdpa.TorchSdpa)
     )
     assert "torch==2.13.0" in reason
     assert "attnspec[torch]" not in reason

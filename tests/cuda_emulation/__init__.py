@@ -3,8 +3,9 @@ NumPy arrays through ctypes: where no GPU is at hand, the kernels' own code stil
 
 ``flash`` and ``naive`` are implementations for the suite: ``python -m pytest conformance --impl
 tests.cuda_emulation:flash`` judges impls/cupy_flash.cu's kernels, launched on the host as
-``impls/cupy_backend.py`` launches them on a GPU. What the emulation cannot show: the hardware's
-own rounding inside mma.sync, timing, races between real threads, and anything CuPy adds."""
+``impls/cupy_naive.py`` and ``impls/cupy_flash.py`` launch them on a GPU. What the emulation
+cannot show: the hardware's own rounding inside mma.sync, timing, races between real threads, and
+anything CuPy adds."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ import numpy as np
 
 from impls.contract import Implementation, resolve_scale, validate_inputs
 from impls.cuda_kernels import FLASH_HEAD_DIMS, SOURCES, flash_entry_point
-from impls.cupy_backend import CupyFlash, CupyNaive, bfloat16_bits, bfloat16_values
+from impls.cupy_arrays import bfloat16_bits, bfloat16_values
+from impls.cupy_flash import CupyFlash
+from impls.cupy_naive import CupyNaive
 
 HERE = Path(__file__).parent
 SOURCES_TO_BUILD = [HERE / "flash.cpp", HERE / "naive.cpp"]
@@ -70,7 +73,7 @@ def library() -> ctypes.CDLL:
 
 
 class EmulatedKernels(Implementation):
-    """Arrays as ``cupy_backend`` keeps them (bfloat16 as uint16 bits), in host memory."""
+    """Arrays as ``cupy_arrays`` keeps them (bfloat16 as uint16 bits), in host memory."""
 
     family = "numpy"
     device = "cpu"

@@ -1,6 +1,7 @@
-"""CuPy implementations on CUDA: ``cupy_naive`` (the document's kernel) and ``cupy_flash``
-(one fused tensor-core kernel). Their sources are ``cupy_naive.cu`` and ``cupy_flash.cu``,
-listed in :mod:`impls.cuda_kernels`, compiled once per process with ``cupy.RawModule``.
+"""What the CuPy built-ins on CUDA share (``cupy_naive``, the document's kernel, and ``cupy_flash``,
+one fused tensor-core kernel): CuPy arrays as native arrays, their checks and conversions, and
+the kernels' compilation. Their sources are ``cupy_naive.cu`` and ``cupy_flash.cu``, listed in
+:mod:`impls.cuda_kernels`, compiled once per process with ``cupy.RawModule``.
 
 bfloat16: CuPy has no bfloat16 dtype, so a bfloat16 array is carried as its 16-bit patterns in a
 ``uint16`` CuPy array (the upper half of the float32 with the same value); ``from_numpy`` makes
@@ -16,20 +17,15 @@ they support, and say why they cannot run.
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 import numpy as np
 
 from impls.contract import (
-    RAISES_ON_ALL,
-    Capabilities,
     ContractViolation,
-    Implementation,
     resolve_scale,
-    validate_inputs,
 )
-from impls.cuda_kernels import COMMON_OPTIONS, FLASH_HEAD_DIMS, SOURCES, flash_entry_point
+from impls.cuda_kernels import COMMON_OPTIONS, SOURCES
 from impls.numpy_flash import BLOCK_M
 from spec.dtypes import numpy_storage
 
@@ -154,78 +150,5 @@ class CupyArrays:
             )
 
 
-def _scalar_scale(scale: float | None, head_dim: int) -> np.float32:
+def scalar_scale(scale: float | None, head_dim: int) -> np.float32:
     return np.float32(resolve_scale(scale, head_dim))
-
-
-class CupyNaive(CupyArrays, Implementation):
-    """The document's kernel: one thread per score, the (Tq, Tk) scores materialised."""
-
-    name = "cupy_naive"
-    capabilities = Capabilities(dtypes=("float32",), conventions=RAISES_ON_ALL)
-
-    def attention(self, q, k, v, *, causal=True, scale=None):
-        validate_inputs(q, k, v, causal=causal, scale=scale)
-        self.check_arrays(q=q, k=k, v=v)
-        batch, heads, tq, d = q.shape
-        tk, dv = k.shape[-2], v.shape[-1]
-        self.check_grid(batch * heads, tq)
-        module = kernel_module("cupy_naive")
-        scores = cupy.empty((batch * heads, tq, tk), dtype=cupy.float32)  # (B*H, Tq, Tk)
-        out = cupy.empty((batch, heads, tq, dv), dtype=cupy.float32)  # (B, H, Tq, Dv)
-        module.get_function("attention_scores")(
-            (math.ceil(tk / NAIVE_SCORE_THREADS), tq, batch * heads),
-            (NAIVE_SCORE_THREADS,),
-            (q, k, scores, np.int32(tq), np.int32(tk), np.int32(d),
-             _scalar_scale(scale, d), np.int32(scale is None), np.int32(causal)),
-        )  # fmt: skip
-        module.get_function("softmax_rows")(
-            (batch * heads * tq,), (SOFTMAX_THREADS,), (scores, np.int32(tk))
-        )
-        module.get_function("weighted_values")(
-            (math.ceil(dv / NAIVE_VALUE_THREADS), tq, batch * heads),
-            (NAIVE_VALUE_THREADS,),
-            (scores, v, out, np.int32(tq), np.int32(tk), np.int32(dv), np.int32(causal)),
-        )
-        return out
-
-
-class CupyFlash(CupyArrays, Implementation):
-    """One fused kernel per (dtype, head dim): tensor cores for float16 and bfloat16, CUDA cores
-    for float32; the tiling of :mod:`impls.numpy_flash`."""
-
-    name = "cupy_flash"
-    capabilities = Capabilities(
-        dtypes=("float32", "float16", "bfloat16"),
-        head_dims=FLASH_HEAD_DIMS,
-        distinct_value_dim=False,
-        conventions=RAISES_ON_ALL,
-    )
-
-    def attention(self, q, k, v, *, causal=True, scale=None):
-        return self.attention_and_lse(q, k, v, causal=causal, scale=scale)[0]
-
-    def attention_and_lse(self, q, k, v, *, causal=True, scale=None):
-        """(out, lse): the output and each row's float32 log-sum-exp (B, H, Tq)."""
-        validate_inputs(q, k, v, causal=causal, scale=scale)
-        dtype = self.check_arrays(q=q, k=k, v=v)
-        batch, heads, tq, d = q.shape
-        tk, dv = k.shape[-2], v.shape[-1]
-        if d not in FLASH_HEAD_DIMS or dv != d:
-            raise ValueError(
-                f"head dims D={d}, Dv={dv}, but {self.name} is compiled for D = Dv in "
-                f"{', '.join(map(str, FLASH_HEAD_DIMS))}"
-            )
-        self.check_grid(batch * heads, tq)
-        kernel = kernel_module("cupy_flash").get_function(flash_entry_point(dtype, d))
-        out = cupy.empty(q.shape, dtype=q.dtype)  # (B, H, Tq, D)
-        # Always written (B*H*Tq floats, next to nothing beside the output) so that the kernel is
-        # launched the same way whether or not the caller asked for it.
-        lse = cupy.empty((batch, heads, tq), dtype=cupy.float32)  # (B, H, Tq)
-        kernel(
-            (math.ceil(tq / BLOCK_M), batch * heads),
-            (FLASH_THREADS,),
-            (q, k, v, out, lse, np.int32(tq), np.int32(tk),
-             _scalar_scale(scale, d), np.int32(causal)),
-        )  # fmt: skip
-        return out, lse

@@ -1,0 +1,61 @@
+"""``cupy_flash``: one fused CUDA kernel per (dtype, head dim) (``cupy_flash.cu``), tensor cores
+for float16 and bfloat16.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from impls.contract import RAISES_ON_ALL, Capabilities, Implementation, validate_inputs
+from impls.cuda_kernels import FLASH_HEAD_DIMS, flash_entry_point
+from impls.cupy_arrays import (
+    FLASH_THREADS,
+    CupyArrays,
+    cupy,
+    kernel_module,
+    scalar_scale,
+)
+from impls.numpy_flash import BLOCK_M
+
+
+class CupyFlash(CupyArrays, Implementation):
+    """One fused kernel per (dtype, head dim): tensor cores for float16 and bfloat16, CUDA cores
+    for float32; the tiling of :mod:`impls.numpy_flash`."""
+
+    name = "cupy_flash"
+    capabilities = Capabilities(
+        dtypes=("float32", "float16", "bfloat16"),
+        head_dims=FLASH_HEAD_DIMS,
+        distinct_value_dim=False,
+        conventions=RAISES_ON_ALL,
+    )
+
+    def attention(self, q, k, v, *, causal=True, scale=None):
+        return self.attention_and_lse(q, k, v, causal=causal, scale=scale)[0]
+
+    def attention_and_lse(self, q, k, v, *, causal=True, scale=None):
+        """(out, lse): the output and each row's float32 log-sum-exp (B, H, Tq)."""
+        validate_inputs(q, k, v, causal=causal, scale=scale)
+        dtype = self.check_arrays(q=q, k=k, v=v)
+        batch, heads, tq, d = q.shape
+        tk, dv = k.shape[-2], v.shape[-1]
+        if d not in FLASH_HEAD_DIMS or dv != d:
+            raise ValueError(
+                f"head dims D={d}, Dv={dv}, but {self.name} is compiled for D = Dv in "
+                f"{', '.join(map(str, FLASH_HEAD_DIMS))}"
+            )
+        self.check_grid(batch * heads, tq)
+        kernel = kernel_module("cupy_flash").get_function(flash_entry_point(dtype, d))
+        out = cupy.empty(q.shape, dtype=q.dtype)  # (B, H, Tq, D)
+        # Always written (B*H*Tq floats, next to nothing beside the output) so that the kernel is
+        # launched the same way whether or not the caller asked for it.
+        lse = cupy.empty((batch, heads, tq), dtype=cupy.float32)  # (B, H, Tq)
+        kernel(
+            (math.ceil(tq / BLOCK_M), batch * heads),
+            (FLASH_THREADS,),
+            (q, k, v, out, lse, np.int32(tq), np.int32(tk),
+             scalar_scale(scale, d), np.int32(causal)),
+        )  # fmt: skip
+        return out, lse

@@ -1,0 +1,72 @@
+"""What the PyTorch built-ins share: torch tensors as native arrays, their conversions and
+gradients. torch is optional: without it the implementations exist, declare what they would
+support, and report "torch is not installed" as the reason they cannot run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from impls.contract import (
+    ContractViolation,
+)
+
+try:
+    import torch
+except ImportError:  # optional dependency: reported through unavailable_reason()
+    torch = None
+
+
+class TorchArrays:
+    """Conversions and gradients for implementations whose native arrays are torch tensors."""
+
+    family = "torch"
+    device = "cpu"
+
+    def version(self) -> str:
+        if torch is None:
+            return "torch not installed"
+        if self.device == "cuda" and torch.cuda.is_available():
+            return f"torch {torch.__version__}, {torch.cuda.get_device_name()}"
+        return f"torch {torch.__version__}"
+
+    def unavailable_reason(self) -> str | None:
+        if torch is None:
+            return "torch is not installed (pip install torch==2.13.0, the version this suite pins)"
+        if self.device == "cuda" and not torch.cuda.is_available():
+            return "no CUDA device (torch.cuda.is_available() is False)"
+        return None
+
+    def from_numpy(self, array: np.ndarray, dtype: str) -> Any:
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float64)).to(
+            device=self.device, dtype=getattr(torch, dtype)
+        )
+
+    def to_numpy(self, native: Any) -> np.ndarray:
+        if not isinstance(native, torch.Tensor):
+            raise ContractViolation(
+                f"{self.name} returned {type(native).__qualname__}, but should return torch.Tensor"
+            )
+        native = native.detach().cpu()
+        if native.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds it exactly
+            native = native.float()
+        return native.numpy()
+
+    def dtype_name(self, native: Any) -> str:
+        return str(native.dtype).removeprefix("torch.")
+
+    def device_of(self, native: Any) -> str:
+        return native.device.type
+
+    def vjp(self, q, k, v, grad_out, *, causal=True, scale=None):
+        q, k, v = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+        with torch.enable_grad():
+            out = self.attention(q, k, v, causal=causal, scale=scale)
+            return torch.autograd.grad(out, (q, k, v), grad_out)
+
+
+def bottom_right_mask(tq: int, tk: int, device) -> Any:
+    """(Tq, Tk) boolean mask, True where query i may see key j <= i + Tk - Tq."""
+    return torch.ones(tq, tk, dtype=torch.bool, device=device).tril(diagonal=tk - tq)
