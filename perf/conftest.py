@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.report.tables import text_table
+
 RESULTS_KEY = pytest.StashKey[list]()
 
 
@@ -18,13 +20,9 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if not rows:
         return
     header = ("measurement", "implementation", "shape, dtype", "median", "rate", "note")
-    table = [header, *rows]
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
     terminalreporter.write_sep("=", "attnspec performance")
-    for row in table:
-        terminalreporter.write_line(
-            "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
-        )
+    for line in text_table([header, *([str(cell) for cell in row] for row in rows)]):
+        terminalreporter.write_line(line)
     missed = [row for row in rows if row[0] == "MISSED"]
     if missed:
         terminalreporter.write_sep(

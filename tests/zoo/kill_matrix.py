@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.report.tables import markdown_table, text_table
 from tests.suite_process import ROOT, run_suite
 from tests.zoo import Member, load_members
 
@@ -120,16 +121,15 @@ def killing_claims(run: ZooRun) -> list[str]:
 def text_matrix(run: ZooRun) -> str:
     """Mutant x claim, each cell the number of the claim's tests that failed on the mutant."""
     claims = killing_claims(run)
-    width = max(len(v.member.name) for v in run.verdicts.values())
-    header = [" " * width + "  " + "  ".join(f"{i:>2}" for i in range(1, len(claims) + 1))]
-    lines = []
+    rows = [["", *(str(i) for i in range(1, len(claims) + 1)), ""]]
     for verdict in run.mutants + run.correct:
         cells = [len(verdict.failed_must.get(claim, ())) for claim in claims]
-        row = "  ".join(f"{n:>2}" if n else " ." for n in cells)
         status = "KILLED" if verdict.rejected else "SURVIVED"
         if verdict.member.correct:
             status = "correct: FAILS" if verdict.rejected else "correct: conforms"
-        lines.append(f"{verdict.member.name:<{width}}  {row}  {status}")
+        rows.append([verdict.member.name, *(str(n) if n else "." for n in cells), status])
+    header, *lines = text_table(rows, right=range(1, len(claims) + 1))
+    header = [header]
     legend = [f"{i:>2} = {claim}" for i, claim in enumerate(claims, 1)]
     killed = sum(v.rejected for v in run.mutants)
     score = (
@@ -142,19 +142,18 @@ def text_matrix(run: ZooRun) -> str:
 
 def markdown_matrix(run: ZooRun) -> str:
     """The README's table: one row per mutant, the MUST claims whose tests rejected it."""
-    rows = [
-        "| mutant | family | right at the easy shape | rejected by (MUST claims failed) |",
-        "| --- | --- | --- | --- |",
-    ]
-    for verdict in run.mutants:
-        member = verdict.member
-        rows.append(
-            f"| `{member.name}` | {member.family} | {'yes' if member.hidden_at_easy_shape else ''} "
-            f"| {', '.join(sorted(verdict.failed_must)) or '**survived**'} |"
+    rows = [("mutant", "family", "right at the easy shape", "rejected by (MUST claims failed)")]
+    rows += [
+        (
+            f"`{verdict.member.name}`",
+            verdict.member.family,
+            "yes" if verdict.member.hidden_at_easy_shape else "",
+            ", ".join(sorted(verdict.failed_must)) or "**survived**",
         )
+        for verdict in run.mutants
+    ]
     accepted = ", ".join(f"`{v.member.name}`" for v in run.correct if not v.rejected)
-    rows += ["", f"Correct variants accepted: {accepted}."]
-    return "\n".join(rows)
+    return "\n".join([*markdown_table(rows), "", f"Correct variants accepted: {accepted}."])
 
 
 def readme_block() -> str | None:
