@@ -26,9 +26,7 @@ def fail(subject: Subject | Document, case: Case | None, message: str) -> None:
         where.append(subject.name)
     if case is not None:
         where.append(case.call_signature())
-    text = f"{message} [{' '.join(where)}]"
-    if subject.name is not None:
-        text += f"\nreproduce: {subject.reproducer(case)}"
+    text = f"{message} [{' '.join(where)}]\nreproduce: {subject.reproducer(case)}"
     pytest.fail(text, pytrace=False)
 
 
