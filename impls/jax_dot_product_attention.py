@@ -15,9 +15,9 @@ from impls.jax_arrays import JaxArrays, _jax
 
 class JaxDotProductAttention(JaxArrays, Implementation):
     name = "jax"
-    # float32 only: jax.nn.dot_product_attention (jax 0.10.2, CPU) computes float64 inputs at
-    # float32 precision (test_formula_at_length[jax-float64-3-full]: error 1.5e-7, relative
-    # 7.6e-8, 2.1e6 times the float64 budget); jax_formula covers float64. Its API wants Dv = D.
+    # float32 only: jax.nn.dot_product_attention computes float64 inputs at float32 precision
+    # (the README's built-ins section gives the measurement); jax_formula covers float64. Its API
+    # wants Dv = D.
     capabilities = Capabilities(
         dtypes=("float32",), distinct_value_dim=False, conventions=RAISES_ON_ALL
     )

@@ -9,8 +9,8 @@ element instead of one per weight).
 
 Large calls split the (batch, head) pairs into one group per core and run the groups on a
 thread pool, with BLAS held to one thread meanwhile (threadpoolctl): NumPy's elementwise passes
-(max, subtract, exp, sum) run on one core, and BLAS's own threads, left free, spin for about
-0.1 s after each product, holding the cores the other group needs. Which path a call takes
+(max, subtract, exp, sum) run on one core, and BLAS's own threads, left free, keep spinning
+after each product, holding the cores the other group needs. Which path a call takes
 depends only on its shapes, so equal calls give equal bits. Without threadpoolctl every call
 runs on the calling thread.
 """
