@@ -115,7 +115,7 @@ def test_in_process_mode_says_so_in_the_header():
 def test_a_bad_claims_pattern_is_a_usage_error_under_xdist_too(suite):
     run = suite("--impl", "numpy", "--claims", "CONTRACT-DET*,NOPE", "-n", "2")
     assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
-    assert "--claims NOPE matches no claim" in run.stderr
+    assert "--claims: NOPE matches no claim" in run.stderr
     assert "INTERNALERROR" not in run.stdout + run.stderr
 
 
