@@ -20,6 +20,16 @@ CELL = {
 MATRIX_WIDTH = 100
 
 
+def explains_verdict(entry: dict) -> bool:
+    """Whether a claim's worst error against its budget explains its verdict: how close a met
+    claim came, or by how much a failed one missed. A claim that failed otherwise (an exception,
+    a wrong shape) shows none: beside FAIL, a number within budget would read as a pass."""
+    fraction = entry.get("worst_budget_fraction")
+    if fraction is None or entry["verdict"] == ClaimVerdict.NOT_CHECKED:
+        return False
+    return entry["verdict"] != ClaimVerdict.FAILED or not fraction <= 1
+
+
 def matrix_lines(report: dict, width: int = MATRIX_WIDTH) -> list[str]:
     """The claim x implementation matrix, at most ``width`` columns wide: one row per claim
     (failed MUST claims first), one column per subject that ran, each cell pass / FAIL / unmet /
@@ -56,8 +66,8 @@ def matrix_lines(report: dict, width: int = MATRIX_WIDTH) -> list[str]:
             if reason not in reasons:
                 reasons.append(reason)
             text += f"[{reasons.index(reason) + 1}]"
-        fraction = entry.get("worst_budget_fraction")
-        if fraction is not None and entry["verdict"] != ClaimVerdict.NOT_CHECKED:
+        if explains_verdict(entry):
+            fraction = entry["worst_budget_fraction"]
             text += f" {fraction:.2f}" if fraction < 100 else f" {fraction:.0e}"
         return text
 
@@ -101,7 +111,7 @@ def matrix_lines(report: dict, width: int = MATRIX_WIDTH) -> list[str]:
         lines += textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False)
     lines += textwrap.wrap(
         "cells: pass/FAIL/unmet (a SHOULD not met)/skip[n] (not checked, reason n)/- (no test); "
-        "x.xx = worst error / tolerance budget (<= 1 passes)",
+        "x.xx = worst error / tolerance budget (<= 1 passes; beside FAIL only when over 1)",
         width,
         subsequent_indent="  ",
     )
