@@ -23,6 +23,7 @@ from conformance.run.collection import (
     CLAIM_MARKER,
     claims_of,
     fold_broken,
+    inputs_id,
     is_conformance_test,
     marking_problems,
     row_of,
@@ -198,6 +199,7 @@ def _subject(selected: Selected, request: pytest.FixtureRequest) -> Subject:
         tuple(claims_of(request.node)),
         settings.rerun_options(),
         _notes(request),
+        inputs_id(request.node),
     )
 
 

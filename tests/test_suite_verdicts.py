@@ -88,3 +88,23 @@ def test_a_should_claim_not_met_fails_the_run_only_on_request(suite, flags, stat
     assert ("unmet SHOULD MASK-NONFINITE" if status == 0 else "failed SHOULD MASK-NONFINITE") in (
         run.stdout
     )
+
+
+def test_implementations_are_judged_on_the_same_inputs(suite, tmp_path):
+    """A test's inputs come from the run's seed, the test and its case, never from the name of
+    the implementation: renaming one cannot change its verdict, and every implementation in a run
+    is judged on the same data."""
+    log = tmp_path / "inputs"
+    run = suite(
+        "--impl",
+        f"{PLANTED}:records_inputs_first,{PLANTED}:records_inputs_second",
+        "--claims",
+        "OUT-FORMULA,MASK-PREFIX",
+        env_overrides={"ATTNSPEC_INPUTS_LOG": str(log)},
+    )
+    assert run.returncode == 0, run.stdout[-3000:]
+    first, second = (
+        sorted((tmp_path / f"inputs.{name}").read_text().split()) for name in ("first", "second")
+    )
+    assert len(first) > 50
+    assert first == second

@@ -77,10 +77,11 @@ class Case:
         return f"attention(causal={self.causal}, scale={self.scale})"
 
 
-def random_stream(seed: int, test_id: str) -> np.random.Generator:
-    """A generator fixed by the run's seed and the test's id, so each test's data is stable
-    whatever else is selected, and two tests never share a stream."""
-    return np.random.default_rng([seed, zlib.crc32(test_id.encode())])
+def random_stream(seed: int, inputs_id: str) -> np.random.Generator:
+    """A generator fixed by the run's seed and the test's id without the implementation's name
+    (``inputs_id``), so each test's data is stable whatever else is selected, two tests never
+    share a stream, and every implementation gets the same data in the same test."""
+    return np.random.default_rng([seed, zlib.crc32(inputs_id.encode())])
 
 
 @dataclass
@@ -109,9 +110,10 @@ class Subject:
     claims: tuple[str, ...] = ()  # the test's claims, from its marker
     rerun_options: str = ""  # further options the reproducer needs (hypothesis profile, seed)
     notes: TestNotes = field(default_factory=TestNotes)
+    inputs_id: str | None = None  # what the inputs are drawn from (None: the test id)
 
     def __post_init__(self) -> None:
-        self.rng = random_stream(self.seed, self.test_id)
+        self.rng = random_stream(self.seed, self.inputs_id or self.test_id)
 
     @property
     def name(self) -> str:

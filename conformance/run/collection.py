@@ -38,6 +38,22 @@ def judged_name(item: pytest.Item) -> str | None:
     return selected.client.name if selected is not None else None
 
 
+def inputs_id(item: pytest.Item) -> str:
+    """The test's id without the implementation's name: what its random inputs are drawn from,
+    so that every implementation is judged on the same inputs and a name cannot change them."""
+    name = judged_name(item)
+    if name is None:
+        return item.nodeid
+    test, brackets, params = item.nodeid.partition("[")
+    if params == f"{name}]":
+        return test
+    if not params.startswith(f"{name}-"):
+        raise ValueError(
+            f"{item.nodeid}: the implementation {name!r} does not lead the test's parameters"
+        )
+    return f"{test}{brackets}{params.removeprefix(f'{name}-')}"
+
+
 def row_of(item: pytest.Item) -> str:
     """The verdict row a test's outcome counts for."""
     return judged_name(item) or MATHEMATICS
