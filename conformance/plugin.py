@@ -9,14 +9,18 @@ bound to a test) and :mod:`conformance.report` (header, JSON and HTML reports).
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conformance.judge.harness import Document, Subject
 from conformance.judge.preflight import broken_implementations
+from conformance.judge.truth import TRUTH
 from conformance.report import write_reports
 from conformance.report.header import header_lines
 from conformance.run.collection import (
@@ -38,6 +42,7 @@ from impls.registry import RegistryError
 from spec.catalogue import Catalogue, load_catalogue
 
 DESCRIPTIONS_INPUT = "attnspec_descriptions"  # the controller's descriptions, for xdist workers
+TRUTH_INPUT = "attnspec_truth"  # the controller's truth directory, for xdist workers
 
 
 @dataclass
@@ -49,6 +54,7 @@ class Run:
     selection: list[Selected]
     ledger: Ledger
     broken: dict[str, str] = field(default_factory=dict)  # name -> its first call's failure
+    owns_truth: bool = False  # whether this process made TRUTH's directory (and removes it)
 
 
 RUN_KEY = pytest.StashKey[Run]()
@@ -82,6 +88,12 @@ def pytest_configure(config: pytest.Config) -> None:
     catalogue = load_catalogue()
     run = Run(settings, catalogue, selection, Ledger(catalogue, [s.client.name for s in selection]))
     config.stash[RUN_KEY] = run
+    if worker_input is not None:
+        shared = worker_input.get(TRUTH_INPUT)
+        TRUTH.directory = Path(shared) if shared else None
+    elif settings.truth_cache:
+        TRUTH.directory = Path(tempfile.mkdtemp(prefix="attnspec-truth-"))
+        run.owns_truth = True
     if worker_input is None:  # a plain run, or the xdist controller: it gathers the verdicts
         finish = partial(_write_reports, run)
         config.pluginmanager.register(VerdictRecorder(run.ledger, finish), "attnspec-verdicts")
@@ -89,7 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
             # The controller calls no implementation: its xdist workers start their own.
             for selected in selection:
                 selected.client.channel.close()
-            config.pluginmanager.register(DescriptionSharer(selection), "attnspec-descriptions")
+            config.pluginmanager.register(WorkerInputs(selection), "attnspec-worker-inputs")
 
 
 def _write_reports(run: Run, session: pytest.Session) -> None:
@@ -100,11 +112,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     run = config.stash.get(RUN_KEY, None)
     for selected in run.selection if run else ():
         selected.client.close()
+    if run is not None and run.owns_truth:
+        shutil.rmtree(TRUTH.directory, ignore_errors=True)
+        TRUTH.directory = None
 
 
-class DescriptionSharer:
+class WorkerInputs:
     """On the xdist controller: hands each worker what the implementations declared, so that
-    workers start an implementation's process only when they call it."""
+    workers start an implementation's process only when they call it, and the directory of the
+    run's shared truth."""
 
     def __init__(self, selection: list[Selected]):
         self.descriptions = json.dumps({s.selector: s.client.description for s in selection})
@@ -112,6 +128,7 @@ class DescriptionSharer:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
         node.workerinput[DESCRIPTIONS_INPUT] = self.descriptions
+        node.workerinput[TRUTH_INPUT] = str(TRUTH.directory) if TRUTH.directory else ""
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

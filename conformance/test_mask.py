@@ -11,8 +11,9 @@ import pytest
 from conformance.judge.assertions import assert_identical, assert_matches_oracle, fail
 from conformance.judge.harness import Case
 from conformance.judge.probe import all_weights
+from conformance.judge.truth import oracle_attention
 from spec.dtypes import DTYPES, LARGEST_FINITE, UNIT_ROUNDOFF, round_to
-from spec.formula import accumulation_dtype, causal_mask, reference_attention, softmax
+from spec.formula import accumulation_dtype, causal_mask, softmax
 
 MASK_CASES = [
     Case(batch=2, heads=2, tq=65, head_dim=16),
@@ -118,7 +119,7 @@ def test_rows_do_not_depend_on_later_positions(subject, dtype, cut):
 def test_prefix_equals_first_rows_of_the_whole(subject, dtype):
     case = Case(batch=1, heads=2, tq=97, head_dim=32, dtype=dtype)
     q, k, v = subject.inputs(case)
-    truth = reference_attention(q, k, v)
+    truth = oracle_attention(q, k, v)
     for t in (1, 17, 64, 96):
         prefix = case.with_(tq=t, tk=t)
         pq, pk, pv = q[..., :t, :], k[..., :t, :], v[..., :t, :]

@@ -10,8 +10,9 @@ from conformance.judge.assertions import assert_matches_oracle, fail
 from conformance.judge.harness import Case
 from conformance.judge.probe import all_weights
 from conformance.judge.tolerance import summation_slack
+from conformance.judge.truth import oracle_attention
 from spec.dtypes import UNIT_ROUNDOFF, round_to
-from spec.formula import reference_attention, reference_scores
+from spec.formula import reference_scores
 
 WEIGHT_CASES = [
     Case(batch=2, heads=2, tq=65, head_dim=16),
@@ -113,7 +114,7 @@ def test_shifting_scores_changes_nothing(subject, dtype):
         q,
         shifted_k,
         v,
-        truth=reference_attention(q, k, v),
+        truth=oracle_attention(q, k, v),
         what="out with every key shifted by 3",
     )
 

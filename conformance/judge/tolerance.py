@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from conformance.judge.truth import baseline_attention, largest_score, oracle_attention
 from spec.dtypes import UNIT_ROUNDOFF, check_dtype
-from spec.formula import accumulation_dtype, naive_baseline, reference_attention, reference_scores
+from spec.formula import accumulation_dtype
 
 
 @dataclass(frozen=True)
@@ -184,12 +185,12 @@ def compare_to_oracle(
     test knows it differently), with the naive baseline and the budget for ``dtype``."""
     kwargs = dict(causal=causal, scale=scale)
     if truth is None:
-        truth = reference_attention(q, k, v, **kwargs)
+        truth = oracle_attention(q, k, v, **kwargs)
     return compare(
         actual,
         truth,
-        naive_baseline(q, k, v, dtype=dtype, **kwargs),
+        baseline_attention(q, k, v, dtype=dtype, **kwargs),
         dtype=dtype,
         magnitude=float(np.max(np.abs(v))),
-        max_score=float(np.max(np.abs(reference_scores(q, k, scale)))),
+        max_score=largest_score(q, k, scale),
     )

@@ -38,6 +38,11 @@ def header_lines(
             "attnspec: each implementation runs in a worker process of its own; call deadline "
             + settings.call_deadline()
         )
+    lines.append(
+        "attnspec: the float64 truth is computed once per inputs and shared"
+        if settings.truth_cache
+        else "attnspec: the float64 truth is computed in every test (--no-truth-cache)"
+    )
     for selected in selection:
         client = selected.client
         status = f"SKIPPED: {selected.skip_reason}" if selected.skip_reason else "runs"

@@ -146,6 +146,14 @@ def add_options(parser: pytest.Parser) -> None:
         "process per implementation.",
     )
     group.addoption(
+        "--no-truth-cache",
+        action="store_true",
+        default=False,
+        help="compute the float64 truth and the naive baseline in every test that needs them. "
+        "Default: once per inputs in a run, shared by the implementations and the xdist workers "
+        "(conformance/judge/truth.py).",
+    )
+    group.addoption(
         "--report-json",
         type=report_path_value,
         default=None,
@@ -173,6 +181,7 @@ class RunSettings:
     fail_on_should: bool
     call_timeout: float | None
     in_process: bool
+    truth_cache: bool
     report_json: Path | None
     report_html: Path | None
     hypothesis_profile: str | None  # None: hypothesis is not installed
@@ -189,6 +198,7 @@ class RunSettings:
             fail_on_should=config.getoption("fail_on_should"),
             call_timeout=config.getoption("call_timeout"),
             in_process=config.getoption("in_process"),
+            truth_cache=not config.getoption("no_truth_cache"),
             report_json=config.getoption("report_json"),
             report_html=config.getoption("report_html"),
             hypothesis_profile=hypothesis_profile,

@@ -1,0 +1,72 @@
+"""The shared float64 truth: the same verdicts with and without it, and a damaged entry is
+recomputed, never trusted."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conformance.judge.truth import TruthCache
+
+
+def computed_by(cache: TruthCache, q: np.ndarray, params: dict, calls: list) -> np.ndarray:
+    def compute():
+        calls.append(params)
+        return q * (2.0 if params["causal"] else 3.0)
+
+    return cache.get("attention", (q,), params, compute)
+
+
+def test_an_entry_is_computed_once_and_keyed_by_inputs_and_parameters(tmp_path):
+    cache, calls = TruthCache(tmp_path), []
+    q = np.arange(6.0).reshape(2, 3)
+    first = computed_by(cache, q, {"causal": True}, calls)
+    again = computed_by(cache, q.copy(), {"causal": True}, calls)
+    other = computed_by(cache, q, {"causal": False}, calls)
+    changed = computed_by(cache, q + 1, {"causal": True}, calls)
+    assert len(calls) == 3  # the second call read the first's entry
+    np.testing.assert_array_equal(again, first)
+    np.testing.assert_array_equal(other, 3 * q)
+    np.testing.assert_array_equal(changed, 2 * (q + 1))
+
+
+@pytest.mark.parametrize("damage", ["flip a payload byte", "truncate", "empty"])
+def test_a_damaged_entry_is_recomputed_not_trusted(tmp_path, damage):
+    cache, calls = TruthCache(tmp_path), []
+    q = np.linspace(-1, 1, 12).reshape(3, 4)
+    computed_by(cache, q, {"causal": True}, calls)
+    (entry,) = tmp_path.glob("*.npy")
+    data = bytearray(entry.read_bytes())
+    if damage == "flip a payload byte":
+        data[-1] ^= 0x40  # the last float's low bits: still a loadable array, but not the truth
+    elif damage == "truncate":
+        data = data[: len(data) // 2]
+    else:
+        data = bytearray()
+    entry.write_bytes(bytes(data))
+    value = computed_by(cache, q, {"causal": True}, calls)
+    np.testing.assert_array_equal(value, 2 * q)
+    assert len(calls) == 2
+    assert cache.rejected == 1
+
+
+def test_verdicts_are_the_same_with_and_without_the_shared_truth(suite, tmp_path):
+    # Serial: under xdist the order in which tests finish, and so the order of failing tests
+    # and which failure comes first, varies from run to run whatever the truth.
+    reports = {}
+    for mode, flags in (("shared", ()), ("per test", ("--no-truth-cache",))):
+        path = tmp_path / f"{mode.replace(' ', '-')}.json"
+        run = suite(
+            "--impl",
+            "numpy,tests.zoo.mutants:mask_off_by_one",
+            "--claims",
+            "OUT-FORMULA,MASK-PREFIX,OUT-CONVEX",
+            "--report-json",
+            str(path),
+            *flags,
+        )
+        assert run.returncode == 1, run.stdout[-3000:]  # the mutant fails
+        reports[mode] = json.loads(path.read_text())
+    assert reports["shared"]["subjects"] == reports["per test"]["subjects"]
