@@ -31,6 +31,7 @@ from conformance.run.collection import (
     is_conformance_test,
     marking_problems,
     row_of,
+    selected_of,
     split_by_claims,
 )
 from conformance.run.ledger import Ledger
@@ -229,8 +230,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report: pytest.TestReport = yield
     run = item.config.stash[RUN_KEY]
     subject = getattr(item, "funcargs", {}).get("subject")
-    callspec = getattr(item, "callspec", None)
-    selected = callspec.params.get("selected") if callspec else None
+    selected = selected_of(item)
     output = selected.client.take_output() if report.when == "call" and selected else ""
     return complete_report(
         item,

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from conformance.judge.truth import TruthCache
+from conformance.judge.truth import TruthCache, inputs_digest
 
 
 def computed_by(cache: TruthCache, q: np.ndarray, params: dict, calls: list) -> np.ndarray:
@@ -16,7 +16,7 @@ def computed_by(cache: TruthCache, q: np.ndarray, params: dict, calls: list) -> 
         calls.append(params)
         return q * (2.0 if params["causal"] else 3.0)
 
-    return cache.get("attention", (q,), params, compute)
+    return cache.get("attention", inputs_digest(q), params, compute)
 
 
 def test_an_entry_is_computed_once_and_keyed_by_inputs_and_parameters(tmp_path):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance.judge.truth import baseline_attention, largest_score, oracle_attention
+from conformance.judge.truth import CaseTruth
 from spec.dtypes import UNIT_ROUNDOFF, check_dtype
 from spec.formula import accumulation_dtype
 
@@ -183,14 +183,14 @@ def compare_to_oracle(
 ) -> Comparison:
     """Judge ``actual`` as attention(q, k, v): against the float64 oracle (or ``truth``, where the
     test knows it differently), with the naive baseline and the budget for ``dtype``."""
-    kwargs = dict(causal=causal, scale=scale)
+    case_truth = CaseTruth(q, k, v)  # the inputs hashed once for the three lookups below
     if truth is None:
-        truth = oracle_attention(q, k, v, **kwargs)
+        truth = case_truth.attention(causal=causal, scale=scale)
     return compare(
         actual,
         truth,
-        baseline_attention(q, k, v, dtype=dtype, **kwargs),
+        case_truth.baseline(dtype=dtype, causal=causal, scale=scale),
         dtype=dtype,
         magnitude=float(np.max(np.abs(v))),
-        max_score=largest_score(q, k, scale),
+        max_score=case_truth.largest_score(scale),
     )

@@ -12,6 +12,7 @@ or that cannot be read, is recomputed and rewritten, never trusted. Without a di
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
@@ -35,26 +36,14 @@ class TruthCache:
         self.directory = directory
         self.computed = self.reused = self.rejected = 0
 
-    def key(self, kind: str, arrays: tuple[np.ndarray, ...], params: dict) -> str:
-        digest = hashlib.sha256(f"{FORMULA_DIGEST} {kind} {sorted(params.items())!r}".encode())
-        for array in arrays:
-            array = np.ascontiguousarray(array)
-            digest.update(f"{array.dtype.str}{array.shape}".encode())
-            digest.update(array.tobytes())
-        return digest.hexdigest()
-
     def get(
-        self,
-        kind: str,
-        arrays: tuple[np.ndarray, ...],
-        params: dict,
-        compute: Callable[[], np.ndarray],
+        self, kind: str, inputs: str, params: dict, compute: Callable[[], np.ndarray]
     ) -> np.ndarray:
-        """The value of ``compute()`` for these inputs: from the directory when a sound entry is
-        there, else computed now (and stored for the others)."""
-        if self.directory is None:
-            return compute()
-        path = self.directory / f"{self.key(kind, arrays, params)}.npy"
+        """The value of ``compute()`` for the inputs whose :func:`inputs_digest` is ``inputs``:
+        from the directory when a sound entry is there, else computed now (and stored for the
+        others). Needs a directory: without one, callers compute in place and hash nothing."""
+        key = f"{FORMULA_DIGEST} {kind} {inputs} {sorted(params.items())!r}"
+        path = self.directory / f"{hashlib.sha256(key.encode()).hexdigest()}.npy"
         value = self._read(path)
         if value is not None:
             self.reused += 1
@@ -93,25 +82,61 @@ class TruthCache:
 TRUTH = TruthCache()  # the run's cache; the plugin points it at the run's directory
 
 
+def inputs_digest(*arrays: np.ndarray) -> str:
+    """SHA-256 of the arrays' dtypes, shapes and bytes: what an entry's key says of its inputs."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+class CaseTruth:
+    """The truth of one (q, k, v): its inputs hashed once, whatever is asked of them."""
+
+    def __init__(self, q, k, v):
+        self.q, self.k, self.v = q, k, v
+
+    @functools.cached_property
+    def digest(self) -> str:
+        # Only asked for when the run shares its truth: without a directory nothing is hashed.
+        return inputs_digest(self.q, self.k, self.v)
+
+    def _shared(self, kind: str, params: dict, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        if TRUTH.directory is None:
+            return compute()
+        return TRUTH.get(kind, self.digest, params, compute)
+
+    def attention(self, *, causal: bool = True, scale: float | None = None) -> np.ndarray:
+        """``spec.formula.reference_attention``, once per inputs in a run."""
+        params = dict(causal=causal, scale=scale)
+        return self._shared(
+            "attention",
+            params,
+            lambda: reference_attention(self.q, self.k, self.v, **params),
+        )
+
+    def baseline(self, *, dtype: str, causal: bool = True, scale=None) -> np.ndarray:
+        """``spec.formula.naive_baseline``, once per inputs and dtype in a run."""
+        params = dict(dtype=dtype, causal=causal, scale=scale)
+        return self._shared(
+            "naive baseline",
+            params,
+            lambda: naive_baseline(self.q, self.k, self.v, **params),
+        )
+
+    def largest_score(self, scale: float | None = None) -> float:
+        """max |q k^T * scale|, once per inputs in a run."""
+        return float(
+            self._shared(
+                "largest score",
+                dict(scale=scale),
+                lambda: np.max(np.abs(reference_scores(self.q, self.k, scale))),
+            )
+        )
+
+
 def oracle_attention(q, k, v, *, causal: bool = True, scale: float | None = None) -> np.ndarray:
     """``spec.formula.reference_attention``, once per inputs in a run."""
-    params = dict(causal=causal, scale=scale)
-    return TRUTH.get("attention", (q, k, v), params, lambda: reference_attention(q, k, v, **params))
-
-
-def baseline_attention(q, k, v, *, dtype: str, causal: bool = True, scale=None) -> np.ndarray:
-    """``spec.formula.naive_baseline``, once per inputs and dtype in a run."""
-    params = dict(dtype=dtype, causal=causal, scale=scale)
-    return TRUTH.get("naive baseline", (q, k, v), params, lambda: naive_baseline(q, k, v, **params))
-
-
-def largest_score(q, k, scale: float | None = None) -> float:
-    """max |q k^T * scale|, once per inputs in a run."""
-    return float(
-        TRUTH.get(
-            "largest score",
-            (q, k),
-            dict(scale=scale),
-            lambda: np.max(np.abs(reference_scores(q, k, scale))),
-        )
-    )
+    return CaseTruth(q, k, v).attention(causal=causal, scale=scale)

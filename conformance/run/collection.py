@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conformance.run.ledger import MATHEMATICS
+from conformance.run.selection import Selected
 from spec.catalogue import Catalogue
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent.parent
@@ -31,10 +32,15 @@ def is_conformance_test(item: pytest.Item) -> bool:
     return CONFORMANCE_DIR in Path(item.path).resolve().parents
 
 
+def selected_of(item: pytest.Item) -> Selected | None:
+    """The implementation a test judges, or None for a test of the document."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("selected") if callspec else None
+
+
 def judged_name(item: pytest.Item) -> str | None:
     """The name of the implementation a test judges, or None for a test of the document."""
-    callspec = getattr(item, "callspec", None)
-    selected = callspec.params.get("selected") if callspec else None
+    selected = selected_of(item)
     return selected.client.name if selected is not None else None
 
 

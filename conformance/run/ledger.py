@@ -70,6 +70,14 @@ class ClaimRecord:
         return ClaimVerdict.NOT_CHECKED
 
 
+def worst_fraction(current: float | None, new: float | None) -> float | None:
+    """The larger of two budget fractions, None standing for none yet; a NaN wins, so that an
+    error that cannot be compared is never hidden behind a finite one."""
+    if new is None:
+        return current
+    return new if current is None or not new <= current else current
+
+
 MESSAGE_KEPT = 2000  # characters of a failure message kept in the report
 
 
@@ -124,11 +132,9 @@ class Ledger:
     ):
         for claim in claims:
             entry = self.records[(row, claim)]
-            if budget_fraction is not None and not (
-                entry.worst_budget_fraction is not None
-                and budget_fraction <= entry.worst_budget_fraction
-            ):
-                entry.worst_budget_fraction = budget_fraction
+            entry.worst_budget_fraction = worst_fraction(
+                entry.worst_budget_fraction, budget_fraction
+            )
             if outcome == TestOutcome.PASSED:
                 entry.passed += 1
             elif outcome in (TestOutcome.FAILED, TestOutcome.UNMET):

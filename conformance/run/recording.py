@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 import pytest
 
 from conformance.run.collection import claims_of, is_conformance_test, judged_name, row_of
-from conformance.run.ledger import Ledger, TestOutcome
+from conformance.run.ledger import Ledger, TestOutcome, worst_fraction
 from conformance.run.workers import ImplementationBroke, ImplementationDied, ImplementationRaised
 from spec.catalogue import Catalogue
 
@@ -31,8 +31,7 @@ class TestNotes:
     figures: dict[str, object] = field(default_factory=dict)  # name -> data for the HTML report
 
     def note_budget_fraction(self, fraction: float) -> None:
-        if self.budget_fraction is None or not fraction <= self.budget_fraction:
-            self.budget_fraction = fraction
+        self.budget_fraction = worst_fraction(self.budget_fraction, fraction)
 
     def note_convention(self, convention: str, followed: str) -> None:
         self.conventions[convention] = followed
