@@ -11,6 +11,13 @@ Two ways in:
 Causal attention is bottom-right aligned: query row i sits at absolute position i + Tk - Tq and
 sees keys j <= i + Tk - Tq, so Tq = 1 against a cache of Tk keys is one decoding step.
 ``scale=None`` means 1/sqrt(D).
+
+Beyond the document, an implementation may declare the attention that kernels ship
+(:data:`EXTENSIONS`): k and v with fewer heads than q, a left ``window=w`` and per-item
+``key_lengths=(L_0, ..., L_{B-1})`` keyword arguments, and inputs that are views rather than dense
+arrays (:data:`LAYOUTS`). The suite passes an extension's argument only to an implementation that
+declares it; a plain callable declares one by accepting its keyword (``enable_gqa``, ``window``,
+``key_lengths``).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -64,6 +71,26 @@ CONVENTIONS: dict[str, dict[str, str]] = {
 # What validate_inputs enforces: the convention of every built-in that calls it.
 RAISES_ON_ALL = tuple((name, "raise") for name in CONVENTIONS)
 
+# The attention kernels ship beyond the document, each as the convention it follows.
+EXTENSIONS: dict[str, str] = {
+    "gqa": "k and v with Hkv heads, Hq = g * Hkv: query head h reads head h // g (PyTorch "
+    "enable_gqa, FlashAttention); Hkv = 1 is multi-query attention",
+    "window": "window=w: the query at absolute position p sees keys p - w <= j <= p "
+    "(FlashAttention window_size=(w, 0)); causal attention only",
+    "key_lengths": "key_lengths=(L_0, ..., L_{B-1}): item b holds its first L_b keys, its query "
+    "row i sits at position i + L_b - Tq (FlashAttention cache_seqlens), and the padding past "
+    "L_b, whatever it holds, is never read",
+}
+
+# How inputs may arrive: views into other arrays, as a model's projections hand them over.
+LAYOUTS: dict[str, str] = {
+    "contiguous": "dense (B, H, T, D) arrays",
+    "heads_last": "(B, T, H, D) arrays seen as (B, H, T, D) through a transposed view",
+    "packed_qkv": "q, k and v as views of one (B, T, 3, H, D) projection",
+    "row_gaps": "rows of D values at a pitch of D + 8: a slice of a wider array",
+    "broadcast_kv": "k and v of one head broadcast along H with stride 0",
+}
+
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -79,6 +106,12 @@ class Capabilities:
     exposes_weights: bool = False  # has attention_weights(), the (B, H, Tq, Tk) softmax
     # (name, value) pairs from CONVENTIONS; a name left out accepts any of its values
     conventions: tuple[tuple[str, str], ...] = ()
+    # The extensions it implements (see EXTENSIONS)
+    gqa: bool = False
+    window: bool = False
+    key_lengths: bool = False
+    # LAYOUTS it computes right; one left out must compute right or raise a clear error
+    layouts: tuple[str, ...] = ("contiguous",)
 
     def __post_init__(self) -> None:
         if not self.dtypes:
@@ -96,6 +129,12 @@ class Capabilities:
                     f"Capabilities.conventions {name}={value!r}, but should be one of "
                     + ", ".join(CONVENTIONS[name])
                 )
+        unknown = [layout for layout in self.layouts if layout not in LAYOUTS]
+        if unknown or "contiguous" not in self.layouts:
+            raise ValueError(
+                f"Capabilities.layouts={self.layouts!r}, but should include 'contiguous' and name "
+                "only " + ", ".join(LAYOUTS)
+            )
 
     def convention(self, name: str) -> str | None:
         """The declared convention ``name`` (a key of CONVENTIONS), or None: any is accepted."""
@@ -114,11 +153,16 @@ class Capabilities:
                 ("non-causal", self.non_causal),
                 ("Dv!=D", self.distinct_value_dim),
                 ("weights", self.exposes_weights),
+                ("gqa", self.gqa),
+                ("window", self.window),
+                ("key lengths", self.key_lengths),
             )
             if on
         ]
         dims = "any D" if self.head_dims is None else "D in " + ",".join(map(str, self.head_dims))
         text = f"{'/'.join(self.dtypes)}; {', '.join(flags) or 'causal only'}; {dims}"
+        if self.layouts != ("contiguous",):
+            text += "; layouts " + ",".join(self.layouts)
         if self.conventions == RAISES_ON_ALL:
             return text + "; raises on every convention"
         if self.conventions:
@@ -165,11 +209,20 @@ class Implementation(ABC):
     def device_of(self, native: Any) -> str:
         return self.device
 
+    def permuted(self, native: Any, axes: tuple[int, ...]) -> Any:
+        """A view of ``native`` with its axes in the order ``axes`` (NumPy's ``transpose``)."""
+        return native.transpose(axes)
+
+    def broadcast(self, native: Any, shape: tuple[int, ...]) -> Any:
+        """A view of ``native`` broadcast to ``shape``, stride 0 along the broadcast axes."""
+        return native.__array_namespace__().broadcast_to(native, shape)
+
     # --- the computation ---------------------------------------------------------------------
 
     @abstractmethod
     def attention(self, q: Any, k: Any, v: Any, *, causal: bool = True, scale: float | None = None):
-        """softmax(mask(q k^T * scale)) v on native arrays, returning a native array."""
+        """softmax(mask(q k^T * scale)) v on native arrays, returning a native array. An
+        implementation declaring ``window`` or ``key_lengths`` also takes that keyword."""
 
     def attention_weights(self, q: Any, k: Any, *, causal: bool = True, scale: float | None = None):
         """The (B, H, Tq, Tk) attention weights, where ``capabilities.exposes_weights``."""
@@ -208,11 +261,22 @@ class NumpyArrays:
         return str(self.to_numpy(native).dtype)
 
 
-def validate_inputs(q, k, v, *, causal: bool, scale: float | None) -> None:
+def validate_inputs(
+    q,
+    k,
+    v,
+    *,
+    causal: bool,
+    scale: float | None,
+    gqa: bool = False,
+    window: int | None = None,
+    key_lengths=None,
+) -> None:
     """Raise :class:`AttentionInputError` naming the problem when (q, k, v, scale) are invalid.
 
     Works on any array with ``.ndim``, ``.shape`` and ``.dtype``; shared by the built-ins so every
-    one of them rejects the same inputs with the same words.
+    one of them rejects the same inputs with the same words. ``gqa`` accepts k and v with fewer
+    heads than q (a divisor of q's); ``window`` and ``key_lengths`` are checked where given.
     """
     for label, array in (("q", q), ("k", k), ("v", v)):
         if array.ndim != 4:
@@ -221,11 +285,12 @@ def validate_inputs(q, k, v, *, causal: bool, scale: float | None) -> None:
                 "but should be 4: (B, H, T, D)"
             )
     (bq, hq, tq, dq), (bk, hk, tk, dk), (bv, hv, tv, _) = q.shape, k.shape, v.shape
-    if not (bq == bk == bv and hq == hk == hv):
+    grouped = gqa and hk == hv and hk > 0 and hq % hk == 0
+    if not (bq == bk == bv and (hq == hk == hv or grouped)):
         raise AttentionInputError(
             f"batch and head dims differ: q {tuple(q.shape)}, k {tuple(k.shape)}, "
             f"v {tuple(v.shape)}; "
-            "B and H must match"
+            + ("B must match, and k's and v's heads divide q's" if gqa else "B and H must match")
         )
     if dq != dk:
         raise AttentionInputError(f"q has D={dq} but k has D={dk}: query and key dims must match")
@@ -248,6 +313,33 @@ def validate_inputs(q, k, v, *, causal: bool, scale: float | None) -> None:
             raise AttentionInputError(f"scale={scale!r}, but should be a real number or None")
         if not math.isfinite(float(scale)):
             raise AttentionInputError(f"scale={scale!r}, but should be finite")
+    if window is not None:
+        validate_window(window, causal=causal)
+    if key_lengths is not None:
+        validate_key_lengths(key_lengths, batch=bq, tq=tq, tk=tk, causal=causal)
+
+
+def validate_window(window, *, causal: bool) -> None:
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
+        raise AttentionInputError(f"window={window!r}, but should be an integer >= 0 or None")
+    if not causal:
+        raise AttentionInputError(
+            f"window={window} with causal=False: the window is a left window of causal attention"
+        )
+
+
+def validate_key_lengths(key_lengths, *, batch: int, tq: int, tk: int, causal: bool) -> None:
+    lengths = np.asarray(key_lengths)
+    if lengths.shape != (batch,) or not np.issubdtype(lengths.dtype, np.integer):
+        raise AttentionInputError(
+            f"key_lengths={key_lengths!r}, but should be {batch} integers, one per batch item"
+        )
+    shortest = tq if causal else 1
+    if lengths.min() < shortest or lengths.max() > tk:
+        raise AttentionInputError(
+            f"key_lengths={lengths.tolist()}, but each should be between {shortest} and Tk={tk}"
+            + (f": a length below Tq={tq} leaves causal query rows with no key" if causal else "")
+        )
 
 
 class PlainCallable(NumpyArrays, Implementation):
@@ -259,14 +351,32 @@ class PlainCallable(NumpyArrays, Implementation):
         check_plain_signature(fn, name)
         self.fn = fn
         self.name = name
+        accepted = accepted_keywords(fn)
+        self.capabilities = replace(
+            PlainCallable.capabilities,
+            gqa="enable_gqa" in accepted,
+            window="window" in accepted,
+            key_lengths="key_lengths" in accepted,
+        )
 
     def version(self) -> str:
         module = inspect.getmodule(self.fn)
         version = getattr(module, "__version__", None) if module else None
         return f"{self.name} {version}" if version else f"plain callable, numpy {np.__version__}"
 
-    def attention(self, q, k, v, *, causal=True, scale=None):
-        return self.fn(q, k, v, causal=causal, scale=scale)
+    def attention(self, q, k, v, *, causal=True, scale=None, **variant):
+        if k.shape[-3] != q.shape[-3] and self.capabilities.gqa:
+            variant["enable_gqa"] = True  # as PyTorch's SDPA asks to be told
+        return self.fn(q, k, v, causal=causal, scale=scale, **variant)
+
+
+def accepted_keywords(fn: Callable) -> set[str]:
+    """The keyword arguments ``fn`` names (a ``**kwargs`` catch-all declares nothing)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    return {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
 
 
 def check_plain_signature(fn: Callable, name: str) -> None:
@@ -286,6 +396,8 @@ def check_plain_signature(fn: Callable, name: str) -> None:
 __all__ = [
     "CONVENTIONS",
     "DTYPES",
+    "EXTENSIONS",
+    "LAYOUTS",
     "PLAIN_SIGNATURE",
     "RAISES_ON_ALL",
     "AttentionInputError",

@@ -60,6 +60,12 @@ class TorchArrays:
     def device_of(self, native: Any) -> str:
         return native.device.type
 
+    def permuted(self, native: Any, axes: tuple[int, ...]) -> Any:
+        return native.permute(axes)
+
+    def broadcast(self, native: Any, shape: tuple[int, ...]) -> Any:
+        return native.expand(shape)
+
     def vjp(self, q, k, v, grad_out, *, causal=True, scale=None):
         q, k, v = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
         with torch.enable_grad():

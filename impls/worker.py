@@ -22,6 +22,8 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
+import numpy as np
+
 OPS = ("attention", "attention_weights", "vjp")
 
 
@@ -83,7 +85,6 @@ def returned(impl, native) -> dict:
             f"returned {type(native).__module__}.{type(native).__qualname__}, which its own "
             f"to_numpy/dtype_name cannot read ({type(exc).__name__}: {exc})"
         ) from None
-    import numpy as np
 
     if not isinstance(array, np.ndarray):
         raise TypeError(f"to_numpy gave {type(array).__qualname__}, but should give numpy.ndarray")
@@ -96,7 +97,6 @@ INPUT_NAMES = ("q", "k", "v", "grad_out")
 def snapshot(impl, natives: list) -> list:
     """Copies of the native inputs' values as the implementation is handed them (after its own
     conversion, which may round), or None where it cannot read them back."""
-    import numpy as np
 
     copies = []
     for native in natives:
@@ -110,7 +110,6 @@ def snapshot(impl, natives: list) -> list:
 def changed_inputs(impl, natives: list, before: list) -> str | None:
     """What the call changed in its inputs, if anything: a caller's arrays must come back as
     they went in (a kernel that scales q in place corrupts whatever the caller does next)."""
-    import numpy as np
 
     for name, native, original in zip(INPUT_NAMES, natives, before, strict=False):
         if original is None:
@@ -130,14 +129,57 @@ def changed_inputs(impl, natives: list, before: list) -> str | None:
     return None
 
 
-def handle(impl, op: str, arrays: list[tuple[Any, str]], kwargs: dict) -> tuple:
+def laid_out(impl, arrays: list[tuple[Any, str]], layout: str) -> list:
+    """The inputs as native arrays in ``layout`` (impls.contract.LAYOUTS): q, k and v as views
+    into larger arrays made by the implementation's own conversion, anything after them dense."""
+    if layout == "contiguous":
+        return [impl.from_numpy(array, dtype) for array, dtype in arrays]
+    natives = [impl.from_numpy(array, dtype) for array, dtype in arrays[3:]]
+    (q, dtype), (k, _), (v, _) = arrays[:3]
+    qkv = (q, k, v)
+    if layout == "heads_last":
+        views = [
+            impl.permuted(impl.from_numpy(x.transpose(0, 2, 1, 3), dtype), (0, 2, 1, 3))
+            for x in qkv  # storage (B, T, H, D), seen as (B, H, T, D)
+        ]
+    elif layout == "packed_qkv":
+        if not q.shape == k.shape == v.shape:
+            raise ValueError(f"packed_qkv needs one shape: q {q.shape}, k {k.shape}, v {v.shape}")
+        projection = impl.from_numpy(
+            np.stack([x.transpose(0, 2, 1, 3) for x in qkv], axis=2), dtype
+        )  # (B, T, 3, H, D)
+        views = [impl.permuted(projection[:, :, i], (0, 2, 1, 3)) for i in range(3)]
+    elif layout == "row_gaps":
+        views = []
+        for x in qkv:
+            wide = np.full((*x.shape[:-1], x.shape[-1] + ROW_GAP), np.nan)  # NaN: a read shows
+            wide[..., : x.shape[-1]] = x
+            views.append(impl.from_numpy(wide, dtype)[..., : x.shape[-1]])
+    elif layout == "broadcast_kv":
+        if not all(np.array_equal(x, np.broadcast_to(x[:, :1], x.shape)) for x in (k, v)):
+            raise ValueError("broadcast_kv needs k and v whose heads are all the same")
+        views = [impl.from_numpy(q, dtype)] + [
+            impl.broadcast(impl.from_numpy(np.ascontiguousarray(x[:, :1]), dtype), x.shape)
+            for x in (k, v)  # (B, 1, T, D) seen as (B, H, T, D), stride 0 along H
+        ]
+    else:
+        raise ValueError(f"unknown layout {layout!r}")
+    return views + natives
+
+
+ROW_GAP = 8  # elements between one row's end and the next row's start in the row_gaps layout
+
+
+def handle(
+    impl, op: str, arrays: list[tuple[Any, str]], kwargs: dict, layout: str = "contiguous"
+) -> tuple:
     """One request: ("ok", result), ("raised", type, message, traceback) when the
     implementation raised anything at all, or ("broke", message) when what it returned, or how it
     converted its inputs, breaks the contract."""
     if op not in OPS:
         return ("broke", f"unknown operation {op!r}")
     try:
-        natives = [impl.from_numpy(array, dtype) for array, dtype in arrays]
+        natives = laid_out(impl, arrays, layout)
     except BaseException as exc:
         return ("broke", f"converting its inputs raised {type(exc).__name__}: {exc}")
     before = snapshot(impl, natives)

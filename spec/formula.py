@@ -10,6 +10,10 @@ wraps the oracle as an implementation, so the oracle is itself judged by the sui
 
 Causal attention is bottom-right aligned: query row i sits at absolute position i + Tk - Tq and
 sees keys j <= i + Tk - Tq. ``scale=None`` means 1/sqrt(D).
+
+The extensions (attention as kernels ship it, not in the document) are keyword arguments of the
+same functions: k and v with fewer heads than q (grouped-query attention), a left ``window`` and
+per-item ``key_lengths``; :func:`visible_keys` says which keys each query row sees under them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,36 @@ def causal_mask(tq: int, tk: int) -> np.ndarray:
     return np.tril(np.ones((tq, tk), dtype=bool), k=tk - tq)
 
 
+def visible_keys(
+    tq: int, tk: int, *, causal: bool = True, window: int | None = None, key_lengths=None
+) -> np.ndarray:
+    """Boolean (B or 1, 1, Tq, Tk) mask, True where query row i of batch item b sees key j.
+
+    Item b holds its first L_b keys (``key_lengths``; all Tk without them) and its query row i
+    sits at absolute position p = i + L_b - Tq: bottom-right aligned, as in the document. Causal
+    rows see j <= p, and a left ``window`` w keeps p - w <= j of those (FlashAttention's
+    ``window_size=(w, 0)``).
+    """
+    lengths = np.array([tk]) if key_lengths is None else np.asarray(key_lengths, dtype=np.int64)
+    keys = np.arange(tk)[None, None, :]  # (1, 1, Tk)
+    positions = np.arange(tq)[None, :, None] + (lengths - tq)[:, None, None]  # (B, Tq, 1)
+    visible = keys < lengths[:, None, None]  # (B, 1, Tk): padding is never seen
+    if causal:
+        visible = visible & (keys <= positions)
+    if window is not None:
+        visible = visible & (keys >= positions - window)
+    return visible[:, None]  # (B, 1, Tq, Tk)
+
+
+def repeat_kv_heads(q: np.ndarray, kv: np.ndarray) -> np.ndarray:
+    """k or v with Hkv heads repeated to q's Hq = g * Hkv: query head h reads head h // g
+    (PyTorch's ``enable_gqa``, FlashAttention), i.e. ``repeat_interleave`` along heads."""
+    heads, kv_heads = q.shape[-3], kv.shape[-3]
+    if heads == kv_heads:
+        return kv
+    return np.repeat(kv, heads // kv_heads, axis=-3)  # (B, Hkv, T, D) -> (B, Hq, T, D)
+
+
 def softmax(scores: np.ndarray) -> np.ndarray:
     """Row softmax over the last axis, in the scores' own dtype. A row of -inf (no visible key)
     gives NaN: nothing defines its weights."""
@@ -44,12 +78,23 @@ def reference_scores(q: np.ndarray, k: np.ndarray, scale: float | None = None) -
     return (q @ k.swapaxes(-1, -2)) * resolve_scale(scale, q.shape[-1])
 
 
-def reference_masked_scores(q, k, *, causal: bool = True, scale: float | None = None):
-    """Scaled scores with -inf where the causal mask hides a key, (B, H, Tq, Tk), in float64."""
-    scores = reference_scores(q, k, scale)
+def reference_masked_scores(
+    q, k, *, causal: bool = True, scale: float | None = None, window=None, key_lengths=None
+):
+    """Scaled scores with -inf where the mask hides a key, (B, H, Tq, Tk), in float64."""
+    scores = reference_scores(q, repeat_kv_heads(q, k), scale)
+    return masked(scores, causal=causal, window=window, key_lengths=key_lengths)
+
+
+def masked(scores: np.ndarray, *, causal: bool, window=None, key_lengths=None) -> np.ndarray:
+    """``scores`` with -inf where a key is hidden: the document's causal mask, or the extensions'
+    :func:`visible_keys` where a window or key lengths are given."""
+    tq, tk = scores.shape[-2:]
+    if window is not None or key_lengths is not None:
+        visible = visible_keys(tq, tk, causal=causal, window=window, key_lengths=key_lengths)
+        return np.where(visible, scores, -np.inf)
     if causal:
-        tq, tk = scores.shape[-2:]
-        scores = np.where(causal_mask(tq, tk), scores, -np.inf)
+        return np.where(causal_mask(tq, tk), scores, -np.inf)
     return scores
 
 
@@ -61,14 +106,24 @@ def reference_log_sum_exp(q, k, *, causal: bool = True, scale: float | None = No
     return (top + np.log(np.exp(scores - top).sum(axis=-1, keepdims=True)))[..., 0]
 
 
-def reference_weights(q, k, *, causal: bool = True, scale: float | None = None) -> np.ndarray:
+def reference_weights(q, k, *, causal: bool = True, scale: float | None = None, **variant):
     """softmax(mask(scores)) row by row, (B, H, Tq, Tk), in float64."""
-    return softmax(reference_masked_scores(q, k, causal=causal, scale=scale))
+    return softmax(reference_masked_scores(q, k, causal=causal, scale=scale, **variant))
 
 
-def reference_attention(q, k, v, *, causal: bool = True, scale: float | None = None) -> np.ndarray:
+def reference_attention(q, k, v, *, causal: bool = True, scale: float | None = None, **variant):
     """output[i] = sum_j A[i, j] V[j], (B, H, Tq, Dv), in float64."""
-    return reference_weights(q, k, causal=causal, scale=scale) @ np.asarray(v, np.float64)
+    weights = reference_weights(q, k, causal=causal, scale=scale, **variant)
+    return weights @ unread_padding_zeroed(repeat_kv_heads(q, np.asarray(v, np.float64)), **variant)
+
+
+def unread_padding_zeroed(v: np.ndarray, *, window=None, key_lengths=None) -> np.ndarray:
+    """v with the padding past each item's key length set to 0: no row reads it, and a NaN there
+    must not reach a row through a weight of 0 (0 * NaN is NaN)."""
+    if key_lengths is None:
+        return v
+    beyond = np.arange(v.shape[-2])[None, :] >= np.asarray(key_lengths)[:, None]  # (B, Tk)
+    return np.where(beyond[:, None, :, None], 0.0, v)
 
 
 def reference_vjp(q, k, v, grad_out, *, causal: bool = True, scale: float | None = None):
@@ -95,26 +150,29 @@ def reference_vjp(q, k, v, grad_out, *, causal: bool = True, scale: float | None
 # and sums in float32, as a straightforward kernel in that dtype computes it.
 
 
-def naive_baseline_weights(q, k, *, dtype: str, causal: bool = True, scale: float | None = None):
+def naive_baseline_weights(
+    q, k, *, dtype: str, causal: bool = True, scale: float | None = None, **variant
+):
     """The weights softmax(mask(q k^T * scale)) as a straightforward kernel in ``dtype`` has them:
     the score matmul and the weights stored in the dtype, float32 accumulation. Float64 out."""
     accumulate = _accumulation(dtype)
-    q, k = (_rounded(x, dtype) for x in (q, k))
+    q, k = (_rounded(x, dtype) for x in (q, repeat_kv_heads(q, k)))
     scale = accumulate(resolve_scale(scale, q.shape[-1]))
     scores = _rounded(_rounded(q @ k.swapaxes(-1, -2), dtype) * scale, dtype)
-    if causal:
-        scores = np.where(causal_mask(*scores.shape[-2:]), scores, -np.inf)
-    return _rounded(softmax(scores), dtype).astype(np.float64)
+    return _rounded(softmax(masked(scores, causal=causal, **variant)), dtype).astype(np.float64)
 
 
-def naive_baseline(q, k, v, *, dtype: str, causal: bool = True, scale: float | None = None):
+def naive_baseline(
+    q, k, v, *, dtype: str, causal: bool = True, scale: float | None = None, **variant
+):
     """The formula in ``dtype``: every intermediate rounded to it, accumulation in float32.
 
     This is what a straightforward kernel in that dtype computes (matmul outputs and the softmax
     weights stored in the dtype), so its error is the yardstick for the dtype. Returns float64.
     """
-    weights = naive_baseline_weights(q, k, dtype=dtype, causal=causal, scale=scale)
+    weights = naive_baseline_weights(q, k, dtype=dtype, causal=causal, scale=scale, **variant)
     accumulate = _accumulation(dtype)
+    v = unread_padding_zeroed(repeat_kv_heads(q, v), **variant)
     return _rounded(weights.astype(accumulate) @ _rounded(v, dtype), dtype).astype(np.float64)
 
 

@@ -134,7 +134,15 @@ def assert_matches_oracle(
     __tracebackhide__ = True
     assert_shape(subject, case, f"{what}.shape", out.shape, case.out_shape)
     comparison = compare_to_oracle(
-        out, q, k, v, dtype=case.dtype, causal=case.causal, scale=case.scale, truth=truth
+        out,
+        q,
+        k,
+        v,
+        dtype=case.dtype,
+        causal=case.causal,
+        scale=case.scale,
+        truth=truth,
+        **case.variant,
     )
     assert_within_budget(subject, case, what, comparison)
     return comparison

@@ -23,7 +23,8 @@ from spec.formula import causal_mask
 
 @dataclass(frozen=True)
 class Case:
-    """One attention call: shapes (B, H, Tq, Tk, D, Dv), dtype, causal and scale."""
+    """One attention call: shapes (B, H, Tq, Tk, D, Dv), dtype, causal and scale, and where a
+    test of the extensions sets them, k's and v's heads, a window, key lengths and a layout."""
 
     batch: int = 1
     heads: int = 2
@@ -34,12 +35,18 @@ class Case:
     dtype: str = "float32"
     causal: bool = True
     scale: float | None = None
+    kv_heads: int | None = None  # None: same as heads; fewer is grouped-query attention
+    window: int | None = None
+    key_lengths: tuple[int, ...] | None = None
+    layout: str = "contiguous"  # how the worker lays the inputs out (impls.contract.LAYOUTS)
 
     def __post_init__(self) -> None:
         if self.tk is None:
             object.__setattr__(self, "tk", self.tq)
         if self.value_dim is None:
             object.__setattr__(self, "value_dim", self.head_dim)
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
 
     def with_(self, **changes) -> Case:
         return replace(self, **changes)
@@ -50,11 +57,20 @@ class Case:
 
     @property
     def k_shape(self) -> tuple[int, int, int, int]:
-        return (self.batch, self.heads, self.tk, self.head_dim)
+        return (self.batch, self.kv_heads, self.tk, self.head_dim)
 
     @property
     def v_shape(self) -> tuple[int, int, int, int]:
-        return (self.batch, self.heads, self.tk, self.value_dim)
+        return (self.batch, self.kv_heads, self.tk, self.value_dim)
+
+    @property
+    def variant(self) -> dict:
+        """The extensions' keyword arguments this case sets (none for the document's cases)."""
+        return {
+            name: value
+            for name, value in (("window", self.window), ("key_lengths", self.key_lengths))
+            if value is not None
+        }
 
     @property
     def out_shape(self) -> tuple[int, int, int, int]:
@@ -68,13 +84,25 @@ class Case:
         return np.ones((self.tq, self.tk), dtype=bool)
 
     def describe(self) -> str:
+        extras = "".join(
+            f" {name}={value}"
+            for name, value, default in (
+                ("Hkv", self.kv_heads, self.heads),
+                ("window", self.window, None),
+                ("key_lengths", self.key_lengths, None),
+                ("layout", self.layout, "contiguous"),
+            )
+            if value != default
+        )
         return (
             f"B={self.batch} H={self.heads} Tq={self.tq} Tk={self.tk} D={self.head_dim} "
             f"Dv={self.value_dim} dtype={self.dtype} causal={self.causal} scale={self.scale}"
+            + extras
         )
 
     def call_signature(self) -> str:
-        return f"attention(causal={self.causal}, scale={self.scale})"
+        variant = "".join(f", {name}={value}" for name, value in self.variant.items())
+        return f"attention(causal={self.causal}, scale={self.scale}{variant})"
 
 
 def random_stream(seed: int, inputs_id: str) -> np.random.Generator:
@@ -158,6 +186,9 @@ class Subject:
                 ("Dv != D", case.value_dim != case.head_dim, caps.distinct_value_dim),
                 ("attention weights", weights, caps.exposes_weights),
                 ("autograd", autograd, caps.autograd),
+                ("gqa (fewer k/v heads than q heads)", case.kv_heads != case.heads, caps.gqa),
+                ("window", case.window is not None, caps.window),
+                ("key_lengths", case.key_lengths is not None, caps.key_lengths),
             )
             if needed and not declared
         ]
@@ -173,7 +204,9 @@ class Subject:
         Skips, with the reason, when the implementation does not declare what the case needs."""
         self.require(case)
         nq, nk, nv = self.to_native(case, q, k, v)
-        return self.client.attention(nq, nk, nv, causal=case.causal, scale=case.scale)
+        return self.client.attention(
+            nq, nk, nv, causal=case.causal, scale=case.scale, layout=case.layout, **case.variant
+        )
 
     def call(self, case: Case, q, k, v) -> np.ndarray:
         """The implementation's output as a float64 NumPy array of the case's output shape."""

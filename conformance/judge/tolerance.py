@@ -180,16 +180,18 @@ def compare_to_oracle(
     causal: bool = True,
     scale: float | None = None,
     truth: np.ndarray | None = None,
+    **variant,
 ) -> Comparison:
     """Judge ``actual`` as attention(q, k, v): against the float64 oracle (or ``truth``, where the
-    test knows it differently), with the naive baseline and the budget for ``dtype``."""
+    test knows it differently), with the naive baseline and the budget for ``dtype``. ``variant``
+    holds the extensions' keywords (window, key_lengths) where the case sets them."""
     case_truth = CaseTruth(q, k, v)  # the inputs hashed once for the three lookups below
     if truth is None:
-        truth = case_truth.attention(causal=causal, scale=scale)
+        truth = case_truth.attention(causal=causal, scale=scale, **variant)
     return compare(
         actual,
         truth,
-        case_truth.baseline(dtype=dtype, causal=causal, scale=scale),
+        case_truth.baseline(dtype=dtype, causal=causal, scale=scale, **variant),
         dtype=dtype,
         magnitude=float(np.max(np.abs(v))),
         max_score=case_truth.largest_score(scale),

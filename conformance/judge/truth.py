@@ -23,7 +23,12 @@ from pathlib import Path
 import numpy as np
 
 import spec.formula
-from spec.formula import naive_baseline, reference_attention, reference_scores
+from spec.formula import (
+    naive_baseline,
+    reference_attention,
+    reference_scores,
+    repeat_kv_heads,
+)
 
 FORMULA_DIGEST = hashlib.sha256(Path(spec.formula.__file__).read_bytes()).hexdigest()
 DIGEST_BYTES = 32
@@ -108,18 +113,18 @@ class CaseTruth:
             return compute()
         return TRUTH.get(kind, self.digest, params, compute)
 
-    def attention(self, *, causal: bool = True, scale: float | None = None) -> np.ndarray:
+    def attention(self, *, causal: bool = True, scale: float | None = None, **variant):
         """``spec.formula.reference_attention``, once per inputs in a run."""
-        params = dict(causal=causal, scale=scale)
+        params = dict(causal=causal, scale=scale, **variant)
         return self._shared(
             "attention",
             params,
             lambda: reference_attention(self.q, self.k, self.v, **params),
         )
 
-    def baseline(self, *, dtype: str, causal: bool = True, scale=None) -> np.ndarray:
+    def baseline(self, *, dtype: str, causal: bool = True, scale=None, **variant) -> np.ndarray:
         """``spec.formula.naive_baseline``, once per inputs and dtype in a run."""
-        params = dict(dtype=dtype, causal=causal, scale=scale)
+        params = dict(dtype=dtype, causal=causal, scale=scale, **variant)
         return self._shared(
             "naive baseline",
             params,
@@ -132,11 +137,13 @@ class CaseTruth:
             self._shared(
                 "largest score",
                 dict(scale=scale),
-                lambda: np.max(np.abs(reference_scores(self.q, self.k, scale))),
+                lambda: np.max(
+                    np.abs(reference_scores(self.q, repeat_kv_heads(self.q, self.k), scale))
+                ),
             )
         )
 
 
-def oracle_attention(q, k, v, *, causal: bool = True, scale: float | None = None) -> np.ndarray:
+def oracle_attention(q, k, v, *, causal: bool = True, scale: float | None = None, **variant):
     """``spec.formula.reference_attention``, once per inputs in a run."""
-    return CaseTruth(q, k, v).attention(causal=causal, scale=scale)
+    return CaseTruth(q, k, v).attention(causal=causal, scale=scale, **variant)

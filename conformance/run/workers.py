@@ -296,8 +296,22 @@ class ImplementationClient:
     def device_of(self, native: Returned) -> str:
         return native.device
 
-    def attention(self, q, k, v, *, causal: bool = True, scale: float | None = None) -> Returned:
-        return self.request("attention", [q, k, v], causal=causal, scale=scale)
+    def attention(
+        self,
+        q,
+        k,
+        v,
+        *,
+        causal: bool = True,
+        scale: float | None = None,
+        layout: str = "contiguous",
+        **variant,
+    ) -> Returned:
+        """The call; ``variant`` holds the extensions' keywords (window, key_lengths) where a test
+        sets them, and ``layout`` how the worker lays the inputs out (impls.contract.LAYOUTS)."""
+        return self.request(
+            "attention", [q, k, v], layout=layout, causal=causal, scale=scale, **variant
+        )
 
     def attention_weights(self, q, k, *, causal: bool = True, scale: float | None = None):
         return self.request("attention_weights", [q, k], causal=causal, scale=scale)
@@ -307,8 +321,8 @@ class ImplementationClient:
 
     # --- the line itself ---------------------------------------------------------------------
 
-    def request(self, op: str, arrays: list[Sent], **kwargs):
-        message = (op, [(a.array, a.dtype) for a in arrays], kwargs)
+    def request(self, op: str, arrays: list[Sent], layout: str = "contiguous", **kwargs):
+        message = (op, [(a.array, a.dtype) for a in arrays], kwargs, layout)
         reply = self.channel.handle(message) if self.in_process else self.remote(op, message)
         return self.unpack(op, reply)
 
