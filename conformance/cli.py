@@ -190,6 +190,13 @@ def command_explain(options: argparse.Namespace) -> int:
         print(f"  follows from: {', '.join(claim.follows_from)}")
     if claim.erratum:
         print(f"  erratum: {claim.erratum}")
+    if claim.is_extension:
+        print("  extension: not in the document; the attention that kernels ship")
+        print(f"  convention: {claim.convention}")
+        if claim.capability == "none":
+            print("  needs: nothing declared; every implementation is checked")
+        else:
+            print(f"  needs: Capabilities({claim.capability}=True); others show it as not checked")
     tests = tests_of_claims().get(claim.id, [])
     print(f"  tests ({len(tests)}):")
     for test in tests:

@@ -6,6 +6,7 @@ The suite judges it like any other: the formula the judge trusts must itself mee
 from __future__ import annotations
 
 from impls.contract import (
+    LAYOUTS,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
@@ -18,12 +19,19 @@ from spec.formula import reference_attention, reference_weights
 class NumpyReference(NumpyArrays, Implementation):
     name = "numpy_reference"
     capabilities = Capabilities(
-        dtypes=("float64",), exposes_weights=True, conventions=RAISES_ON_ALL
+        dtypes=("float64",),
+        exposes_weights=True,
+        conventions=RAISES_ON_ALL,
+        gqa=True,
+        window=True,
+        key_lengths=True,
+        layouts=tuple(LAYOUTS),
     )
 
-    def attention(self, q, k, v, *, causal=True, scale=None):
-        validate_inputs(q, k, v, causal=causal, scale=scale)
-        return reference_attention(q, k, v, causal=causal, scale=scale)
+    def attention(self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None):
+        variant = dict(window=window, key_lengths=key_lengths)
+        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant)
+        return reference_attention(q, k, v, causal=causal, scale=scale, **variant)
 
     def attention_weights(self, q, k, *, causal=True, scale=None):
         validate_inputs(q, k, k, causal=causal, scale=scale)

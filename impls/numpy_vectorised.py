@@ -7,6 +7,10 @@ products and exponentials are never computed, and only the block's (Tq-block, ke
 alive at a time. Each row is normalised after the product with V (one division per output
 element instead of one per weight).
 
+Grouped-query heads read their key/value head through an index (a copy of k and v per query
+head); a window masks the keys behind it and skips the ones no row of a block sees; with key
+lengths each batch item is its own call on its first L_b keys.
+
 Large calls split the (batch, head) pairs into one group per core and run the groups on a
 thread pool, with BLAS held to one thread meanwhile (threadpoolctl): NumPy's elementwise passes
 (max, subtract, exp, sum) run on one core, and BLAS's own threads, left free, keep spinning
@@ -25,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from impls.contract import (
+    LAYOUTS,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
@@ -32,6 +37,7 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
+from spec.formula import repeat_kv_heads
 
 try:
     from threadpoolctl import ThreadpoolController
@@ -66,12 +72,36 @@ def future_corner(rows: int) -> np.ndarray:
 
 class NumpyVectorised(NumpyArrays, Implementation):
     name = "numpy"
-    capabilities = Capabilities(dtypes=("float64", "float32"), conventions=RAISES_ON_ALL)
+    capabilities = Capabilities(
+        dtypes=("float64", "float32"),
+        conventions=RAISES_ON_ALL,
+        gqa=True,
+        window=True,
+        key_lengths=True,
+        layouts=tuple(LAYOUTS),  # reshape copies what is not contiguous
+    )
 
-    def attention(self, q, k, v, *, causal=True, scale=None):
-        validate_inputs(q, k, v, causal=causal, scale=scale)
+    def attention(self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None):
+        validate_inputs(
+            q, k, v, causal=causal, scale=scale, gqa=True, window=window, key_lengths=key_lengths
+        )
         if q.dtype not in (np.float32, np.float64):
             raise TypeError(f"q.dtype={q.dtype}, but should be float32 or float64 [{self.name}]")
+        if key_lengths is not None:
+            return np.concatenate(
+                [
+                    self.attention(
+                        q[b : b + 1],
+                        k[b : b + 1, :, :length],
+                        v[b : b + 1, :, :length],
+                        causal=causal,
+                        scale=scale,
+                        window=window,
+                    )
+                    for b, length in enumerate(key_lengths)
+                ]
+            )
+        k, v = repeat_kv_heads(q, k), repeat_kv_heads(q, v)  # (B, Hkv, T, D) -> (B, Hq, T, D)
         scale = q.dtype.type(resolve_scale(scale, q.shape[-1]))
         (tq, d), (tk, dv) = q.shape[-2:], v.shape[-2:]
         out = np.empty((*q.shape[:-1], dv), dtype=q.dtype)  # (B, H, Tq, Dv)
@@ -82,22 +112,25 @@ class NumpyVectorised(NumpyArrays, Implementation):
         pool = head_pool()
         workers = min(usable_cores(), pairs) if pool else 1
         if workers == 1 or pairs * tq * tk < PARALLEL_MIN_SCORES:
-            attend(q3, k3, v3, out3, scale=scale, causal=causal)
+            attend(q3, k3, v3, out3, scale=scale, causal=causal, window=window)
             return out
         executor, blas = pool
         bounds = np.linspace(0, pairs, workers + 1).astype(int)
         groups = [slice(a, b) for a, b in itertools.pairwise(bounds)]
         with blas.limit(limits=1, user_api="blas"):
             for done in [
-                executor.submit(attend, q3[g], k3[g], v3[g], out3[g], scale=scale, causal=causal)
+                executor.submit(
+                    attend, q3[g], k3[g], v3[g], out3[g], scale=scale, causal=causal, window=window
+                )
                 for g in groups
             ]:
                 done.result()  # re-raises a worker's exception here
         return out
 
 
-def attend(q, k, v, out, *, scale, causal: bool) -> None:
-    """Attention of (N, Tq, D), (N, Tk, D), (N, Tk, Dv) into ``out`` (N, Tq, Dv), block by block."""
+def attend(q, k, v, out, *, scale, causal: bool, window: int | None = None) -> None:
+    """Attention of (N, Tq, D), (N, Tk, D), (N, Tk, Dv) into ``out`` (N, Tq, Dv), block by block;
+    a left ``window`` w keeps row i's keys from its position - w on."""
     tq, tk = q.shape[-2], k.shape[-2]
     offset = tk - tq  # bottom-right alignment: query row i sits at absolute position i + offset
     keys_t = k.swapaxes(-1, -2)  # (N, D, Tk)
@@ -106,14 +139,22 @@ def attend(q, k, v, out, *, scale, causal: bool) -> None:
         # Keys the block's last row may see; for a causal block, only the last (stop - start)
         # of them can lie in some row's future, in a strict upper triangle.
         keys = stop + offset if causal else tk
-        scores = q[:, start:stop, :] @ keys_t[..., :keys]  # (N, bq, keys)
+        # With a window, keys before the block's first row's window are seen by no row in it.
+        first = 0 if window is None else max(start + offset - window, 0)
+        scores = q[:, start:stop, :] @ keys_t[..., first:keys]  # (N, bq, keys - first)
         scores *= scale
         if causal:
             # Overwritten, not added to: a NaN or inf future score must not survive.
             np.copyto(
-                scores[..., keys - (stop - start) :], -np.inf, where=future_corner(stop - start)
+                scores[..., keys - first - (stop - start) :],
+                -np.inf,
+                where=future_corner(stop - start),
             )
+        if window is not None:
+            positions = np.arange(start, stop)[:, None] + offset  # (bq, 1)
+            behind = np.arange(first, keys)[None, :] < positions - window  # (bq, keys - first)
+            np.copyto(scores, -np.inf, where=behind)
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
         row_sums = scores.sum(axis=-1, keepdims=True)  # (N, bq, 1)
-        np.divide(scores @ v[:, :keys, :], row_sums, out=out[:, start:stop, :])
+        np.divide(scores @ v[:, first:keys, :], row_sums, out=out[:, start:stop, :])

@@ -17,9 +17,23 @@ CATALOGUE_PATH = Path(__file__).with_name("claims.toml")
 
 LEVELS = ("MUST", "SHOULD", "INFO")
 CHECKED_ON = ("implementations", "mathematics", "both")
-GROUPS = ("scores", "mask", "softmax", "output", "contract")
+GROUPS = (
+    "scores",
+    "mask",
+    "softmax",
+    "output",
+    "contract",
+    "heads",
+    "window",
+    "padding",
+    "layout",
+    "stress",
+)
 _REQUIRED = ("id", "level", "section", "group", "statement", "checked_on")
 _OPTIONAL = ("follows_from", "erratum")
+_EXTENSION_FIELDS = ("convention", "capability")  # required in extension sections, else refused
+# The Capabilities flags an extension claim may need (impls.contract.Capabilities)
+CAPABILITIES = ("gqa", "window", "key_lengths", "none")
 
 
 class CatalogueError(ValueError):
@@ -31,6 +45,7 @@ class Section:
     key: str
     number: int
     title: str
+    extension: bool = False  # not from the document: the attention that kernels ship
 
 
 @dataclass(frozen=True)
@@ -43,6 +58,12 @@ class Claim:
     checked_on: str
     follows_from: tuple[str, ...] = ()
     erratum: str | None = None
+    convention: str | None = None  # extension claims: the convention followed, and its source
+    capability: str | None = None  # extension claims: what an implementation declares, or "none"
+
+    @property
+    def is_extension(self) -> bool:
+        return self.section.extension
 
     def fails_run(self, fail_on_should: bool = False) -> bool:
         """Whether a failure of this claim fails the run: a MUST claim's always, a SHOULD
@@ -87,7 +108,14 @@ def parse_catalogue(text: str, source: str = "<catalogue>") -> Catalogue:
     for key, entry in data.get("sections", {}).items():
         if not isinstance(entry.get("number"), int) or not isinstance(entry.get("title"), str):
             raise CatalogueError(f"{source}: section {key!r} needs an integer number and a title")
-        sections[key] = Section(key=key, number=entry["number"], title=entry["title"])
+        if not isinstance(entry.get("extension", False), bool):
+            raise CatalogueError(f"{source}: section {key!r} has a non-boolean extension flag")
+        sections[key] = Section(
+            key=key,
+            number=entry["number"],
+            title=entry["title"],
+            extension=entry.get("extension", False),
+        )
 
     raw_claims = data.get("claim", [])
     if not raw_claims:
@@ -99,7 +127,7 @@ def parse_catalogue(text: str, source: str = "<catalogue>") -> Catalogue:
         missing = [f for f in _REQUIRED if f not in entry]
         if missing:
             raise CatalogueError(f"{where}: missing field(s) {', '.join(missing)}")
-        unknown = sorted(set(entry) - set(_REQUIRED) - set(_OPTIONAL))
+        unknown = sorted(set(entry) - set(_REQUIRED) - set(_OPTIONAL) - set(_EXTENSION_FIELDS))
         if unknown:
             raise CatalogueError(f"{where}: unknown field(s) {', '.join(unknown)}")
         if entry["id"] in claims:
@@ -110,6 +138,17 @@ def parse_catalogue(text: str, source: str = "<catalogue>") -> Catalogue:
         _require_choice(where, "section", entry["section"], tuple(sections))
         if not entry["statement"].strip():
             raise CatalogueError(f"{where}: empty statement")
+        extension = sections[entry["section"]].extension
+        present = [f for f in _EXTENSION_FIELDS if f in entry]
+        if extension and len(present) < len(_EXTENSION_FIELDS):
+            missing = ", ".join(f for f in _EXTENSION_FIELDS if f not in entry)
+            raise CatalogueError(f"{where}: an extension claim needs field(s) {missing}")
+        if not extension and present:
+            raise CatalogueError(
+                f"{where}: field(s) {', '.join(present)} belong to extension sections only"
+            )
+        if extension:
+            _require_choice(where, "capability", entry["capability"], CAPABILITIES)
         claims[entry["id"]] = Claim(
             id=entry["id"],
             level=entry["level"],
@@ -119,6 +158,8 @@ def parse_catalogue(text: str, source: str = "<catalogue>") -> Catalogue:
             checked_on=entry["checked_on"],
             follows_from=tuple(entry.get("follows_from", ())),
             erratum=entry.get("erratum"),
+            convention=entry.get("convention"),
+            capability=entry.get("capability"),
         )
 
     for claim in claims.values():

@@ -1,0 +1,74 @@
+"""Extensions, grouped-query heads: k and v with fewer heads than q (GQA-GROUPS, GQA-MQA)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conformance.judge.assertions import assert_matches_oracle, fail
+from conformance.judge.harness import Case, Subject
+from conformance.judge.tolerance import compare_to_oracle
+from conformance.judge.truth import oracle_attention
+
+# Shapes where query head h's key/value head h // g differs from h % Hkv, the usual slip.
+GROUPED_CASES = [
+    Case(batch=2, heads=6, kv_heads=2, tq=33, head_dim=16),
+    Case(batch=1, heads=8, kv_heads=4, tq=5, tk=40, head_dim=32),
+    Case(batch=1, heads=4, kv_heads=2, tq=1, tk=57, head_dim=16),
+]
+GROUPED_IDS = ["g3-square", "g2-Tq<Tk", "g2-decode"]
+MULTI_QUERY_CASES = [
+    Case(batch=2, heads=4, kv_heads=1, tq=31, head_dim=16),
+    Case(batch=1, heads=12, kv_heads=1, tq=1, tk=70, head_dim=64),
+]
+MULTI_QUERY_IDS = ["square", "decode"]
+
+
+def repeated_heads(case: Case, kv: np.ndarray, mapping: str) -> np.ndarray:
+    """``kv`` (B, Hkv, T, D) as (B, Hq, T, D): query head h reading head h // g (the convention)
+    or h % Hkv (the mistake it is told apart from)."""
+    group = case.heads // case.kv_heads
+    heads = np.arange(case.heads)
+    source = heads // group if mapping == "h // g" else heads % case.kv_heads
+    return kv[:, source]
+
+
+def assert_grouped_heads(subject: Subject, case: Case) -> None:
+    __tracebackhide__ = True
+    q, k, v = subject.inputs(case)
+    out = subject.call(case, q, k, v)
+    # The claim's own statement: multi-head attention with K and V repeated g times along heads.
+    truth = oracle_attention(
+        q, repeated_heads(case, k, "h // g"), repeated_heads(case, v, "h // g")
+    )
+    comparison = compare_to_oracle(
+        out, q, k, v, dtype=case.dtype, causal=case.causal, scale=case.scale, truth=truth
+    )
+    if not comparison.ok and case.kv_heads > 1:
+        modulo = compare_to_oracle(
+            out,
+            q,
+            repeated_heads(case, k, "h % Hkv"),
+            repeated_heads(case, v, "h % Hkv"),
+            dtype=case.dtype,
+        )
+        if modulo.ok:
+            fail(
+                subject,
+                case,
+                f"query head h reads key/value head h % Hkv, but should read h // g "
+                f"(g = {case.heads // case.kv_heads}): {comparison.describe()}",
+            )
+    assert_matches_oracle(subject, case, out, q, k, v, truth=truth)
+
+
+@pytest.mark.claim("GQA-GROUPS")
+@pytest.mark.parametrize("case", GROUPED_CASES, ids=GROUPED_IDS)
+def test_query_head_h_reads_key_value_head_h_over_g(subject, dtype, case):
+    assert_grouped_heads(subject, subject.fit(case.with_(dtype=dtype)))
+
+
+@pytest.mark.claim("GQA-MQA")
+@pytest.mark.parametrize("case", MULTI_QUERY_CASES, ids=MULTI_QUERY_IDS)
+def test_one_key_value_head_serves_every_query_head(subject, dtype, case):
+    assert_grouped_heads(subject, subject.fit(case.with_(dtype=dtype)))
