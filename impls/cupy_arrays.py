@@ -94,6 +94,9 @@ class CupyArrays:
             return cupy.asarray(bfloat16_bits(array))
         return cupy.asarray(np.ascontiguousarray(array, dtype=numpy_storage(dtype)))
 
+    def broadcast(self, native: Any, shape: tuple[int, ...]) -> Any:
+        return cupy.broadcast_to(native, shape)
+
     def to_numpy(self, native: Any) -> np.ndarray:
         if not isinstance(native, cupy.ndarray):
             raise ContractViolation(

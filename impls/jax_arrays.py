@@ -46,6 +46,9 @@ class JaxArrays:
     def from_numpy(self, array: np.ndarray, dtype: str) -> Any:
         return _jax().numpy.asarray(np.asarray(array, dtype=np.float64).astype(dtype))
 
+    def broadcast(self, native: Any, shape: tuple[int, ...]) -> Any:
+        return _jax().numpy.broadcast_to(native, shape)
+
     def to_numpy(self, native: Any) -> np.ndarray:
         if not isinstance(native, _jax().Array):
             raise ContractViolation(

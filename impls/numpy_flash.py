@@ -10,7 +10,10 @@ these constants), so every CPU run holds the tiling to the claims:
   key (bottom-right aligned: row i sees keys j <= i + Tk - Tq);
 * the online softmax: a running row max m and sum l; each new tile rescales the accumulator and
   l by exp(m_old - m_new); a row that has seen only masked keys shifts by 0 instead of -inf;
-* one division by l at the end, and optionally the log-sum-exp m + log(l) of each row.
+* one division by l at the end, and optionally the log-sum-exp m + log(l) of each row;
+* the extensions: query head h reads key/value head h // g; a left window w also skips the
+  tiles before the block's first row's window and masks the keys behind each row's; with key
+  lengths, item b's tiles end at its L_b keys and its rows sit at i + L_b - Tq.
 
 The arithmetic is in the input's dtype (float32 or float64), as the kernel's float32 path.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from impls.contract import (
+    LAYOUTS,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
@@ -32,16 +36,25 @@ BLOCK_M = 64  # query rows per block: 4 warps x 16 rows in the tensor-core kerne
 BLOCK_N = 64  # keys per tile streamed through shared memory
 
 
-def key_tiles(block_start: int, block_stop: int, tk: int, offset: int, causal: bool):
+def key_tiles(
+    block_start: int, block_stop: int, tk: int, offset: int, causal: bool, window: int | None = None
+):
     """(start, stop) of each key tile a query block [block_start, block_stop) visits."""
     # The block's last row sits at absolute position block_stop - 1 + offset; no row sees past it.
     end = min(tk, block_stop + offset) if causal else tk
-    return [(start, min(start + BLOCK_N, tk)) for start in range(0, end, BLOCK_N)]
+    # Its first row sees nothing before its position - w; nor does any later row.
+    first = 0 if window is None else max(block_start + offset - window, 0) // BLOCK_N * BLOCK_N
+    return [(start, min(start + BLOCK_N, tk)) for start in range(first, end, BLOCK_N)]
 
 
-def tiled_attention(q, k, v, *, causal: bool, scale: float, with_lse: bool = False):
-    """Attention of (B, H, Tq, D), (B, H, Tk, D), (B, H, Tk, Dv) arrays by the kernel's tiling;
-    returns out (B, H, Tq, Dv), and lse (B, H, Tq) when ``with_lse``."""
+def tiled_attention(
+    q, k, v, *, causal: bool, scale: float, with_lse: bool = False, window: int | None = None
+):
+    """Attention of (B, H, Tq, D), (B, Hkv, Tk, D), (B, Hkv, Tk, Dv) arrays by the kernel's
+    tiling; returns out (B, H, Tq, Dv), and lse (B, H, Tq) when ``with_lse``."""
+    group = q.shape[-3] // k.shape[-3]
+    kv_head = np.arange(q.shape[-3]) // group  # the key/value head each query head reads
+    k, v = k[:, kv_head], v[:, kv_head]  # (B, Hkv, T, D) -> (B, H, T, D)
     dtype = q.dtype
     scale = dtype.type(scale)
     tq, tk = q.shape[-2], k.shape[-2]
@@ -55,13 +68,16 @@ def tiled_attention(q, k, v, *, causal: bool, scale: float, with_lse: bool = Fal
         running_max = np.full(q_block.shape[:-1], -np.inf, dtype=dtype)  # (B, H, bm)
         running_sum = np.zeros(q_block.shape[:-1], dtype=dtype)  # (B, H, bm)
         acc = np.zeros(q_block.shape[:-1] + v.shape[-1:], dtype=dtype)  # (B, H, bm, Dv)
-        for start, stop in key_tiles(block_start, block_stop, tk, offset, causal):
+        for start, stop in key_tiles(block_start, block_stop, tk, offset, causal, window):
             scores = q_block @ k[..., start:stop, :].swapaxes(-1, -2)  # (B, H, bm, bn)
             scores *= scale
             if causal:
                 future = np.arange(start, stop)[None, :] > rows + offset  # (bm, bn)
                 # Overwritten, not added to: a NaN or inf future score must not survive.
                 np.copyto(scores, -np.inf, where=future)
+            if window is not None:
+                behind = np.arange(start, stop)[None, :] < rows + offset - window  # (bm, bn)
+                np.copyto(scores, -np.inf, where=behind)
             new_max = np.maximum(running_max, scores.max(axis=-1))  # (B, H, bm)
             shift = np.where(new_max == -np.inf, dtype.type(0), new_max)
             correction = np.exp(running_max - shift)  # (B, H, bm); exp(-inf) = 0 on first tile
@@ -76,16 +92,43 @@ def tiled_attention(q, k, v, *, causal: bool, scale: float, with_lse: bool = Fal
 
 class NumpyFlash(NumpyArrays, Implementation):
     name = "numpy_flash"
-    capabilities = Capabilities(dtypes=("float64", "float32"), conventions=RAISES_ON_ALL)
+    capabilities = Capabilities(
+        dtypes=("float64", "float32"),
+        conventions=RAISES_ON_ALL,
+        gqa=True,
+        window=True,
+        key_lengths=True,
+        layouts=tuple(LAYOUTS),
+    )
 
-    def attention(self, q, k, v, *, causal=True, scale=None):
-        return self.attention_and_lse(q, k, v, causal=causal, scale=scale)[0]
+    def attention(self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None):
+        return self.attention_and_lse(
+            q, k, v, causal=causal, scale=scale, window=window, key_lengths=key_lengths
+        )[0]
 
-    def attention_and_lse(self, q, k, v, *, causal=True, scale=None):
+    def attention_and_lse(self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None):
         """(out, lse): the output and each row's log-sum-exp of its scaled, masked scores."""
-        validate_inputs(q, k, v, causal=causal, scale=scale)
+        validate_inputs(
+            q, k, v, causal=causal, scale=scale, gqa=True, window=window, key_lengths=key_lengths
+        )
         if q.dtype not in (np.float32, np.float64):
             raise TypeError(f"q.dtype={q.dtype}, but should be float32 or float64 [{self.name}]")
-        return tiled_attention(
-            q, k, v, causal=causal, scale=resolve_scale(scale, q.shape[-1]), with_lse=True
-        )
+        scale = resolve_scale(scale, q.shape[-1])
+        if key_lengths is None:
+            return tiled_attention(
+                q, k, v, causal=causal, scale=scale, with_lse=True, window=window
+            )
+        # One item at a time, as the kernel's grid does: item b's keys end at its length.
+        items = [
+            tiled_attention(
+                q[b : b + 1],
+                k[b : b + 1, :, :length],
+                v[b : b + 1, :, :length],
+                causal=causal,
+                scale=scale,
+                with_lse=True,
+                window=window,
+            )
+            for b, length in enumerate(key_lengths)
+        ]
+        return tuple(np.concatenate(parts) for parts in zip(*items, strict=True))

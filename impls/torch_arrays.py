@@ -73,6 +73,33 @@ class TorchArrays:
             return torch.autograd.grad(out, (q, k, v), grad_out)
 
 
+def visible_mask(tq: int, tk: int, device, *, causal=True, window=None, key_lengths=None) -> Any:
+    """(B or 1, 1, Tq, Tk) boolean mask, True where query row i of batch item b sees key j: item b
+    holds its first L_b keys, its row i sits at position p = i + L_b - Tq, and a left window w
+    keeps keys p - w <= j <= p."""
+    lengths = torch.tensor([tk] if key_lengths is None else list(key_lengths), device=device)
+    keys = torch.arange(tk, device=device)  # (Tk,)
+    positions = (
+        torch.arange(tq, device=device)[:, None] + (lengths - tq)[:, None, None]
+    )  # (B, Tq, 1)
+    mask = keys < lengths[:, None, None]  # (B, 1, Tk)
+    if causal:
+        mask = mask & (keys <= positions)
+    if window is not None:
+        mask = mask & (keys >= positions - window)
+    return mask[:, None]  # (B, 1, Tq, Tk)
+
+
+def padding_zeroed(kv, key_lengths) -> Any:
+    """k or v with each item's rows past its key length set to 0: a value there gets a weight of
+    0, and 0 x NaN would still be NaN."""
+    if key_lengths is None:
+        return kv
+    lengths = torch.tensor(list(key_lengths), device=kv.device)
+    padding = torch.arange(kv.shape[-2], device=kv.device) >= lengths[:, None]  # (B, Tk)
+    return kv.masked_fill(padding[:, None, :, None], 0)
+
+
 def bottom_right_mask(tq: int, tk: int, device) -> Any:
     """(Tq, Tk) boolean mask, True where query i may see key j <= i + Tk - Tq."""
     return torch.ones(tq, tk, dtype=torch.bool, device=device).tril(diagonal=tk - tq)

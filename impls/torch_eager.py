@@ -4,34 +4,54 @@ from __future__ import annotations
 
 from impls.contract import (
     DTYPES,
+    LAYOUTS,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
     resolve_scale,
     validate_inputs,
 )
-from impls.torch_arrays import TorchArrays, bottom_right_mask, torch
+from impls.torch_arrays import TorchArrays, padding_zeroed, torch, visible_mask
 
 
 class TorchEager(TorchArrays, Implementation):
-    """The formula in torch ops, in the input's dtype; autograd-capable and exposes its weights."""
+    """The formula in torch ops, in the input's dtype; autograd-capable and exposes its weights.
+    Grouped-query heads repeat k and v along heads (``repeat_interleave``); a window and key
+    lengths go into the boolean mask, and the padding's values are zeroed before the product."""
 
     capabilities = Capabilities(
-        dtypes=DTYPES, autograd=True, exposes_weights=True, conventions=RAISES_ON_ALL
+        dtypes=DTYPES,
+        autograd=True,
+        exposes_weights=True,
+        conventions=RAISES_ON_ALL,
+        gqa=True,
+        window=True,
+        key_lengths=True,
+        layouts=tuple(LAYOUTS),
     )
 
     def __init__(self, device: str = "cpu"):
         self.device = device
         self.name = "torch_eager" if device == "cpu" else f"torch_eager_{device}"
 
-    def attention_weights(self, q, k, *, causal=True, scale=None):
-        validate_inputs(q, k, k, causal=causal, scale=scale)
+    def attention_weights(self, q, k, *, causal=True, scale=None, window=None, key_lengths=None):
+        variant = dict(window=window, key_lengths=key_lengths)
+        validate_inputs(q, k, k, causal=causal, scale=scale, gqa=True, **variant)
+        k = repeated_heads(q, k)
         scores = (q @ k.transpose(-1, -2)) * resolve_scale(scale, q.shape[-1])  # (B, H, Tq, Tk)
-        if causal:
+        if causal or window is not None or key_lengths is not None:
             tq, tk = scores.shape[-2:]
-            scores = scores.masked_fill(~bottom_right_mask(tq, tk, scores.device), float("-inf"))
+            mask = visible_mask(tq, tk, scores.device, causal=causal, **variant)
+            scores = scores.masked_fill(~mask, float("-inf"))
         return torch.softmax(scores, dim=-1)
 
-    def attention(self, q, k, v, *, causal=True, scale=None):
-        validate_inputs(q, k, v, causal=causal, scale=scale)
-        return self.attention_weights(q, k, causal=causal, scale=scale) @ v  # (B, H, Tq, Dv)
+    def attention(self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None):
+        variant = dict(window=window, key_lengths=key_lengths)
+        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant)
+        weights = self.attention_weights(q, k, causal=causal, scale=scale, **variant)
+        return weights @ padding_zeroed(repeated_heads(q, v), key_lengths)  # (B, H, Tq, Dv)
+
+
+def repeated_heads(q, kv):
+    """k or v (B, Hkv, T, D) as (B, Hq, T, D): query head h reads head h // (Hq / Hkv)."""
+    return kv.repeat_interleave(q.shape[-3] // kv.shape[-3], dim=-3)

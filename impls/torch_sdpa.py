@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from impls.contract import (
     DTYPES,
+    LAYOUTS,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
     resolve_scale,
     validate_inputs,
 )
-from impls.torch_arrays import TorchArrays, bottom_right_mask, torch
+from impls.torch_arrays import TorchArrays, bottom_right_mask, padding_zeroed, torch, visible_mask
 
 
 class TorchSdpa(TorchArrays, Implementation):
@@ -23,24 +24,50 @@ class TorchSdpa(TorchArrays, Implementation):
     used for a scale of 0 (or below the dtype's smallest normal), where ``is_causal=True`` gives
     NaN on the CPU (the masked -inf scores are multiplied by the zero scale; the README's
     built-ins section names the test that found it).
+
+    Grouped-query heads use PyTorch's own ``enable_gqa``. A window and key lengths become an
+    explicit boolean mask. The padding's keys and values are zeroed first: PyTorch turns a
+    boolean mask into an added -inf, so a NaN or inf key in the padding still makes the item's
+    rows NaN (NaN + -inf, inf + -inf; test_padding.py's nonfinite test finds it without this),
+    and a weight of 0 times a NaN value is NaN too.
     """
 
-    capabilities = Capabilities(dtypes=DTYPES, autograd=True, conventions=RAISES_ON_ALL)
+    capabilities = Capabilities(
+        dtypes=DTYPES,
+        autograd=True,
+        conventions=RAISES_ON_ALL,
+        gqa=True,
+        window=True,
+        key_lengths=True,
+        layouts=tuple(LAYOUTS),
+    )
 
     def __init__(self, device: str = "cpu"):
         self.device = device
         self.name = "torch_sdpa" if device == "cpu" else f"torch_sdpa_{device}"
 
-    def attention(self, q, k, v, *, causal=True, scale=None):
-        validate_inputs(q, k, v, causal=causal, scale=scale)
+    def attention(self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None):
+        variant = dict(window=window, key_lengths=key_lengths)
+        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant)
         tq, tk = q.shape[-2], k.shape[-2]
         scale = resolve_scale(scale, q.shape[-1])
+        grouped = dict(enable_gqa=True) if k.shape[-3] != q.shape[-3] else {}
+        if window is not None or key_lengths is not None:
+            mask = visible_mask(tq, tk, q.device, causal=causal, **variant)
+            return torch.nn.functional.scaled_dot_product_attention(
+                q,
+                padding_zeroed(k, key_lengths),
+                padding_zeroed(v, key_lengths),
+                attn_mask=mask,
+                scale=scale,
+                **grouped,
+            )
         # A scale that rounds to 0 in the compute dtype hits the same NaN as scale 0.
         if causal and (tq != tk or abs(scale) < torch.finfo(q.dtype).tiny):
             mask = bottom_right_mask(tq, tk, q.device)
             return torch.nn.functional.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, scale=scale
+                q, k, v, attn_mask=mask, scale=scale, **grouped
             )
         return torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=causal, scale=scale
+            q, k, v, is_causal=causal, scale=scale, **grouped
         )
