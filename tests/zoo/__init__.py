@@ -14,7 +14,21 @@ from dataclasses import dataclass
 
 from impls.contract import validate_inputs
 
-FAMILIES = ("scaling", "masking", "softmax", "tiling", "layout", "dtype", "edge case")
+FAMILIES = (
+    "scaling",
+    "masking",
+    "softmax",
+    "tiling",
+    "layout",
+    "dtype",
+    "edge case",
+    # the extensions: attention as kernels ship it
+    "grouped heads",
+    "window",
+    "padding",
+    "strides",
+    "stress",
+)
 
 
 @dataclass(frozen=True)
@@ -24,7 +38,7 @@ class Member:
     fn: Callable
     correct: bool
     family: str | None = None  # mutants only
-    caught_by: str | None = None  # the MUST claim whose tests this bug breaks, mutants only
+    caught_by: str | None = None  # the claim whose tests this bug breaks, mutants only
     hidden_at_easy_shape: bool = False  # output within budget at EASY_SHAPE (test_zoo checks it)
 
     @property
@@ -40,10 +54,16 @@ MEMBERS: dict[str, Member] = {}
 
 
 def _validating(fn: Callable) -> Callable:
+    # The signature the suite reads is fn's (functools.wraps), so a member declares the
+    # extensions it implements by naming their keywords, as any plain callable does.
     @functools.wraps(fn)
-    def member(q, k, v, *, causal=True, scale=None):
-        validate_inputs(q, k, v, causal=causal, scale=scale)
-        return fn(q, k, v, causal=causal, scale=scale)
+    def member(q, k, v, *, causal=True, scale=None, **variant):
+        window, key_lengths = variant.get("window"), variant.get("key_lengths")
+        gqa = variant.get("enable_gqa", False)
+        validate_inputs(
+            q, k, v, causal=causal, scale=scale, gqa=gqa, window=window, key_lengths=key_lengths
+        )
+        return fn(q, k, v, causal=causal, scale=scale, **variant)
 
     return member
 
@@ -80,6 +100,6 @@ def correct_variant(fn: Callable) -> Callable:
 
 def load_members() -> dict[str, Member]:
     """Every member, mutants and correct variants, by name."""
-    from tests.zoo import correct, mutants  # noqa: F401  (importing registers them)
+    from tests.zoo import correct, extensions, mutants  # noqa: F401  (importing registers them)
 
     return MEMBERS

@@ -13,7 +13,7 @@ import re
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -36,10 +36,13 @@ class Verdict:
     member: Member
     failed_must: dict[str, list[str]]  # claim -> failing test ids
     checked_claims: int  # claims with at least one test that ran
+    failed_should: dict[str, list[str]] = field(default_factory=dict)  # as failed_must
 
     @property
     def rejected(self) -> bool:
-        return bool(self.failed_must)
+        """Failed a MUST claim; or, for a mutant whose bug breaks a SHOULD claim (a race, a
+        batch-dependent result), that claim: rejected by a run with --fail-on-should."""
+        return bool(self.failed_must) or self.member.caught_by in self.failed_should
 
 
 @dataclass(frozen=True)
@@ -97,13 +100,17 @@ def run_zoo(members: dict[str, Member], *, workers: int, timeout: float = 3000) 
         if member is None:
             continue
         claims = subject["claims"].values()
+        # A failed SHOULD claim is "unmet": reported, failing only with --fail-on-should.
         failed = {
-            claim: entry["failing_tests"]
-            for claim, entry in subject["claims"].items()
-            if entry["level"] == "MUST" and entry["verdict"] == "FAILED"
+            level: {
+                claim: entry["failing_tests"]
+                for claim, entry in subject["claims"].items()
+                if entry["level"] == level and entry["verdict"] == verdict
+            }
+            for level, verdict in (("MUST", "FAILED"), ("SHOULD", "unmet"))
         }
         checked = sum(entry["verdict"] != "not checked" for entry in claims)
-        verdicts[member.name] = Verdict(member, failed, checked)
+        verdicts[member.name] = Verdict(member, failed["MUST"], checked, failed["SHOULD"])
     missing = sorted(set(members) - set(verdicts))
     if missing:
         raise RuntimeError(f"the zoo run's report has no verdict for {', '.join(missing)}")
@@ -114,7 +121,7 @@ def killing_claims(run: ZooRun) -> list[str]:
     """Claims that failed on at least one mutant, in catalogue order."""
     from spec.catalogue import load_catalogue
 
-    killers = {claim for v in run.mutants for claim in v.failed_must}
+    killers = {claim for v in run.mutants for claim in (*v.failed_must, *v.failed_should)}
     return [claim.id for claim in load_catalogue() if claim.id in killers]
 
 
@@ -123,7 +130,8 @@ def text_matrix(run: ZooRun) -> str:
     claims = killing_claims(run)
     rows = [["", *(str(i) for i in range(1, len(claims) + 1)), ""]]
     for verdict in run.mutants + run.correct:
-        cells = [len(verdict.failed_must.get(claim, ())) for claim in claims]
+        failed = verdict.failed_must | verdict.failed_should
+        cells = [len(failed.get(claim, ())) for claim in claims]
         status = "KILLED" if verdict.rejected else "SURVIVED"
         if verdict.member.correct:
             status = "correct: FAILS" if verdict.rejected else "correct: conforms"
@@ -141,14 +149,20 @@ def text_matrix(run: ZooRun) -> str:
 
 
 def markdown_matrix(run: ZooRun) -> str:
-    """The README's table: one row per mutant, the MUST claims whose tests rejected it."""
-    rows = [("mutant", "family", "right at the easy shape", "rejected by (MUST claims failed)")]
+    """The README's table: one row per mutant, the claims whose tests rejected it (a SHOULD
+    claim marked so: it rejects under --fail-on-should)."""
+    rows = [("mutant", "family", "right at the easy shape", "rejected by (claims failed)")]
     rows += [
         (
             f"`{verdict.member.name}`",
             verdict.member.family,
             "yes" if verdict.member.hidden_at_easy_shape else "",
-            ", ".join(sorted(verdict.failed_must)) or "**survived**",
+            ", ".join(
+                [*sorted(verdict.failed_must)]
+                + [f"{claim} (SHOULD)" for claim in sorted(verdict.failed_should)]
+            )
+            if verdict.rejected
+            else "**survived**",
         )
         for verdict in run.mutants
     ]

@@ -1,0 +1,326 @@
+"""Zoo members for the extensions (grouped-query heads, windows, padded batches, strided inputs,
+repeats and batches): one realistic bug each, and unusual correct roads for every feature.
+
+A member declares the extensions it implements by naming their keywords (``enable_gqa``,
+``window``, ``key_lengths``), as any plain callable does; all of them follow
+:func:`tests.zoo.formula.attend_extended` except in the one step their docstring names.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spec.formula import visible_keys
+from tests.zoo import correct_variant, mutant
+from tests.zoo.formula import attend_extended, scores_of, softmax
+from tests.zoo.streaming import streaming_attention
+
+# --- grouped heads ------------------------------------------------------------------------------
+
+
+@mutant("grouped heads", "GQA-GROUPS")
+def gqa_heads_modulo(q, k, v, *, causal=True, scale=None, enable_gqa=False):
+    """Query head h reads key/value head h % Hkv (np.tile where np.repeat belongs, or a kernel's
+    head index taken modulo): the same as h // g only when Hkv = 1 or Hq = Hkv."""
+
+    def modulo(heads, kv_heads):
+        return np.arange(heads) % kv_heads
+
+    return attend_extended(q, k, v, causal=causal, scale=scale, kv_head_of=modulo)
+
+
+@mutant("grouped heads", "GQA-GROUPS")
+def gqa_groups_counted_as_group_size(q, k, v, *, causal=True, scale=None, enable_gqa=False):
+    """Query head h reads key/value head h // Hkv, the number of groups taken for the group size
+    g = Hq / Hkv (clamped to the last head, as a kernel reading past it would not be): right
+    only when g = Hkv."""
+
+    def swapped(heads, kv_heads):
+        if heads == kv_heads:  # the plain multi-head path is right
+            return np.arange(heads)
+        return np.minimum(np.arange(heads) // kv_heads, kv_heads - 1)
+
+    return attend_extended(q, k, v, causal=causal, scale=scale, kv_head_of=swapped)
+
+
+@mutant("grouped heads", "GQA-MQA")
+def mqa_computes_one_query_head(q, k, v, *, causal=True, scale=None, enable_gqa=False):
+    """With a single key/value head, computes query head 0 only and gives its output to every
+    head: a multi-query 'fast path' that forgot the query heads differ."""
+    if k.shape[1] != 1:
+        return attend_extended(q, k, v, causal=causal, scale=scale)
+    first = attend_extended(q[:, :1], k, v, causal=causal, scale=scale)
+    return np.repeat(first, q.shape[1], axis=1)
+
+
+@mutant("grouped heads", "GQA-MQA")
+def mqa_keys_of_another_item(q, k, v, *, causal=True, scale=None, enable_gqa=False):
+    """With a single key/value head, every batch item reads item 0's keys and values: the head
+    axis of size 1 broadcast, and the batch axis with it. Right when B = 1."""
+    if k.shape[1] != 1:
+        return attend_extended(q, k, v, causal=causal, scale=scale)
+    first = np.broadcast_to(k[:1], k.shape), np.broadcast_to(v[:1], v.shape)
+    return attend_extended(q, *first, causal=causal, scale=scale)
+
+
+@correct_variant
+def gqa_group_rows_stacked(q, k, v, *, causal=True, scale=None, enable_gqa=False):
+    """Stacks each group's g query heads along the rows, (B, Hkv, g * Tq, D), and attends them
+    to their one key/value head in a single product, as GQA kernels do to reuse K and V; the
+    causal mask follows each stacked row's own position."""
+    (batch, heads, tq, d), kv_heads = q.shape, k.shape[1]
+    group = heads // kv_heads
+    stacked = q.reshape(batch, kv_heads, group * tq, d)  # (B, Hkv, g*Tq, D)
+    rows = np.arange(group * tq) % tq  # each stacked row's index within its own head
+    visible = np.ones((group * tq, k.shape[-2]), dtype=bool)
+    if causal:
+        visible = np.arange(k.shape[-2])[None, :] <= rows[:, None] + k.shape[-2] - tq
+    weights = softmax(np.where(visible, scores_of(stacked, k, scale), -np.inf))
+    out = weights @ v  # (B, Hkv, g*Tq, Dv)
+    return out.reshape(batch, heads, tq, v.shape[-1]).astype(q.dtype)
+
+
+# --- window -------------------------------------------------------------------------------------
+
+
+@mutant("window", "WINDOW-BOUNDS")
+def window_one_key_too_wide(q, k, v, *, causal=True, scale=None, window=None):
+    """Keeps keys p - w - 1 <= j <= p: a `<=` where a `<` belongs at the window's lower edge."""
+    wider = None if window is None else window + 1
+    return attend_extended(q, k, v, causal=causal, scale=scale, window=wider)
+
+
+@mutant("window", "WINDOW-BOUNDS")
+def window_of_w_keys(q, k, v, *, causal=True, scale=None, window=None):
+    """Keeps w keys including the query's own (p - w < j <= p): FlashAttention's w read as
+    Mistral's sliding_window W, one key too few."""
+    visible = None
+    if window is not None:
+        tq, tk = q.shape[-2], k.shape[-2]
+        positions = np.arange(tq)[:, None] + tk - tq
+        keys = np.arange(tk)[None, :]
+        visible = (keys <= positions) & (keys > positions - window)
+    return attend_extended(q, k, v, causal=causal, scale=scale, visible=visible)
+
+
+@mutant("window", "WINDOW-BOUNDS")
+def window_from_row_index(q, k, v, *, causal=True, scale=None, window=None):
+    """Measures the window back from the query's row index i instead of its absolute position
+    i + Tk - Tq: right in prefill, too wide when decoding against a cache."""
+    visible = None
+    if window is not None:
+        tq, tk = q.shape[-2], k.shape[-2]
+        rows, keys = np.arange(tq)[:, None], np.arange(tk)[None, :]
+        visible = (keys <= rows + tk - tq) & (keys >= rows - window)
+    return attend_extended(q, k, v, causal=causal, scale=scale, visible=visible)
+
+
+@mutant("window", "WINDOW-INVARIANT")
+def window_max_over_causal_keys(q, k, v, *, causal=True, scale=None, window=None):
+    """Shifts a row's exponentials by the largest of all its causal scores, those behind the
+    window included, and then masks the window: the same weights up to rounding, but a key the
+    row cannot see moves its bits."""
+    scores = scores_of(q, k, scale)
+    tq, tk = scores.shape[-2:]
+    causal_only = visible_keys(tq, tk, causal=causal)
+    seen = visible_keys(tq, tk, causal=causal, window=window)
+    shift = np.where(causal_only, scores, -np.inf).max(axis=-1, keepdims=True)
+    weights = np.where(seen, np.exp(scores - shift), 0)
+    return ((weights / weights.sum(axis=-1, keepdims=True)) @ v).astype(q.dtype)
+
+
+@mutant("window", "WINDOW-INVARIANT")
+def window_soft_lower_edge(q, k, v, *, causal=True, scale=None, window=None):
+    """Adds a score bias of -30 to the keys behind the window instead of masking them: a 'large
+    enough' negative, but exp(-30) is about 1e-13, not 0, so those keys still count."""
+    scores = scores_of(q, k, scale)
+    tq, tk = scores.shape[-2:]
+    causal_only = visible_keys(tq, tk, causal=causal)
+    behind = causal_only & ~visible_keys(tq, tk, causal=causal, window=window)
+    scores = np.where(causal_only, scores - scores.dtype.type(30) * behind, -np.inf)
+    return (softmax(scores) @ v).astype(q.dtype)
+
+
+@correct_variant
+def window_keys_sliced_per_row(q, k, v, *, causal=True, scale=None, window=None):
+    """Attends each query row to the slice of keys p - w .. p alone, a row at a time: no mask at
+    all, the window as an index range."""
+    tq, tk = q.shape[-2], k.shape[-2]
+    out = np.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)  # (B, H, Tq, Dv)
+    for row in range(tq):
+        position = row + tk - tq
+        first = 0 if window is None else max(position - window, 0)
+        last = position + 1 if causal else tk
+        scores = scores_of(q[..., row : row + 1, :], k[..., first:last, :], scale)
+        out[..., row : row + 1, :] = softmax(scores) @ v[..., first:last, :]
+    return out
+
+
+# --- padding ------------------------------------------------------------------------------------
+
+
+@mutant("padding", "PAD-KEYS")
+def padding_in_row_max(q, k, v, *, causal=True, scale=None, key_lengths=None):
+    """Takes each row's maximum over every key, the padding's included, before masking: finite
+    padding only changes rounding, but an inf or NaN key there poisons the item's rows."""
+    scores = scores_of(q, k, scale)
+    seen = visible_keys(*scores.shape[-2:], causal=causal, key_lengths=key_lengths)
+    with np.errstate(invalid="ignore"):
+        weights = np.where(seen, np.exp(scores - scores.max(axis=-1, keepdims=True)), 0)
+    lengths = k.shape[-2] if key_lengths is None else np.asarray(key_lengths)
+    padding = np.arange(v.shape[-2])[None, :] >= np.reshape(lengths, (-1, 1))
+    v = np.where(padding[:, None, :, None], 0, v)
+    return ((weights / weights.sum(axis=-1, keepdims=True)) @ v).astype(q.dtype)
+
+
+@mutant("padding", "PAD-KEYS")
+def padding_values_weighted_zero(q, k, v, *, causal=True, scale=None, key_lengths=None):
+    """Gives the padding a weight of 0 but multiplies the whole of V: 0 x NaN is NaN, so a NaN
+    value in the padding reaches every row of its item."""
+    return attend_extended(
+        q, k, v, causal=causal, scale=scale, key_lengths=key_lengths, zero_padded_values=False
+    )
+
+
+@mutant("padding", "PAD-KEYS")
+def key_lengths_top_left(q, k, v, *, causal=True, scale=None, key_lengths=None):
+    """Cuts each item's keys at its length but places query row i at position i + Tk - Tq, the
+    padded length's offset, instead of i + L_b - Tq: right for the items that fill the batch."""
+    visible = None
+    if key_lengths is not None:
+        tq, tk = q.shape[-2], k.shape[-2]
+        lengths = np.asarray(key_lengths)[:, None, None]  # (B, 1, 1)
+        keys, rows = np.arange(tk)[None, None, :], np.arange(tq)[None, :, None]
+        seen = keys < lengths
+        if causal:
+            seen = seen & (keys <= rows + tk - tq)
+        visible = seen[:, None]  # (B, 1, Tq, Tk)
+    return attend_extended(
+        q, k, v, causal=causal, scale=scale, key_lengths=key_lengths, visible=visible
+    )
+
+
+@correct_variant
+def padding_items_sliced(q, k, v, *, causal=True, scale=None, key_lengths=None):
+    """Computes each batch item on its first L_b keys alone: the padding is never even read."""
+    lengths = [k.shape[-2]] * q.shape[0] if key_lengths is None else key_lengths
+    return np.concatenate(
+        [
+            attend_extended(
+                q[b : b + 1], k[b : b + 1, :, :n], v[b : b + 1, :, :n], causal=causal, scale=scale
+            )
+            for b, n in enumerate(lengths)
+        ]
+    )
+
+
+# --- strides ------------------------------------------------------------------------------------
+
+
+def dense_view(x: np.ndarray, batch_stride: int) -> np.ndarray:
+    """``x``'s memory read with its own strides for every axis but the batch's, which is taken as
+    ``batch_stride`` elements. Broadcast inputs (a stride of 0) are copied first, as the member's
+    wrapper does."""
+    if 0 in x.strides:
+        return np.ascontiguousarray(x)
+    strides = (batch_stride * x.itemsize, *x.strides[1:])
+    return np.lib.stride_tricks.as_strided(x, shape=x.shape, strides=strides, writeable=False)
+
+
+@mutant("strides", "LAYOUT-STRIDES")
+def batch_stride_from_shape(q, k, v, *, causal=True, scale=None):
+    """Reads each input's strides for heads, rows and columns, but computes the batch stride
+    from the shape (H * T * D), as a kernel taking three strides does: right for dense arrays
+    and transposed ones, wrong for slices of a packed projection or rows with gaps."""
+    q, k, v = (dense_view(x, int(np.prod(x.shape[1:]))) for x in (q, k, v))
+    return attend_extended(q, k, v, causal=causal, scale=scale)
+
+
+@mutant("strides", "LAYOUT-STRIDES")
+def row_pitch_from_head_dim(q, k, v, *, causal=True, scale=None):
+    """Takes the distance between rows to be D elements whatever the row stride says, the
+    pitch of a dense array: right until the rows have gaps or interleave with other arrays."""
+
+    def pitched(x):
+        if 0 in x.strides:
+            return np.ascontiguousarray(x)
+        strides = (*x.strides[:2], x.itemsize * x.shape[-1], x.strides[-1])  # the bug: 3rd
+        return np.lib.stride_tricks.as_strided(x, shape=x.shape, strides=strides, writeable=False)
+
+    q, k, v = (pitched(x) for x in (q, k, v))
+    return attend_extended(q, k, v, causal=causal, scale=scale)
+
+
+# --- stress -------------------------------------------------------------------------------------
+
+
+LARGE_CALL_PAIRS = 32  # (batch, head) pairs from which the racy members take their racy path
+
+
+@mutant("stress", "STRESS-REPEAT")
+def split_keys_summed_as_they_finish(q, k, v, *, causal=True, scale=None):
+    """Splits large calls' keys in four chunks whose partial sums are added in the order their
+    threads finish (a fresh order each call, as atomicAdd gives): the same values up to rounding,
+    other bits from call to call. Small calls take the sequential path."""
+    if q.shape[0] * q.shape[1] < LARGE_CALL_PAIRS:
+        return attend_extended(q, k, v, causal=causal, scale=scale)
+    scores = np.where(
+        visible_keys(q.shape[-2], k.shape[-2], causal=causal), scores_of(q, k, scale), -np.inf
+    )
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    chunks = np.array_split(np.arange(k.shape[-2]), 4)
+    numerator = np.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
+    denominator = np.zeros((*q.shape[:-1], 1), dtype=q.dtype)
+    for chunk in np.random.default_rng().permutation(len(chunks)):
+        keys = chunks[chunk]
+        numerator += weights[..., keys] @ v[..., keys, :]
+        denominator += weights[..., keys].sum(axis=-1, keepdims=True)
+    return (numerator / denominator).astype(q.dtype)
+
+
+@mutant("stress", "STRESS-REPEAT")
+def keys_summed_in_any_order(q, k, v, *, causal=True, scale=None):
+    """Sums large calls' keys in the order idle threads steal them (a fresh order each call):
+    every order gives the attention, each with its own bits."""
+    if q.shape[0] * q.shape[1] < LARGE_CALL_PAIRS:
+        return attend_extended(q, k, v, causal=causal, scale=scale)
+    order = np.random.default_rng().permutation(k.shape[-2])
+    visible = visible_keys(q.shape[-2], k.shape[-2], causal=causal)[..., order]
+    scores = np.where(visible, scores_of(q, k[..., order, :], scale), -np.inf)
+    return (softmax(scores) @ v[..., order, :]).astype(q.dtype)
+
+
+@mutant("stress", "BATCH-INVARIANT")
+def tile_width_from_batch_size(q, k, v, *, causal=True, scale=None):
+    """Picks the key tile width from the batch size (32 keys for small batches, 64 from four
+    items on, a tuning table): every call right, but a sequence's bits depend on its company."""
+    block_k = 32 if q.shape[0] < 4 else 64
+    return streaming_attention(q, k, v, causal=causal, scale=scale, block_k=block_k)
+
+
+@mutant("stress", "BATCH-INVARIANT")
+def exponentials_shifted_by_batch_max(q, k, v, *, causal=True, scale=None):
+    """Shifts every exponential by the largest score in the whole call rather than its row's
+    (one reduction instead of B * H * Tq): right up to rounding, but each row's bits depend on
+    the other sequences."""
+    scores = np.where(
+        visible_keys(q.shape[-2], k.shape[-2], causal=causal), scores_of(q, k, scale), -np.inf
+    )
+    weights = np.exp(scores - scores.max())
+    return ((weights / weights.sum(axis=-1, keepdims=True)) @ v).astype(q.dtype)
+
+
+@correct_variant
+def split_keys_in_fixed_order(q, k, v, *, causal=True, scale=None):
+    """Splits the keys in four chunks and adds their partial sums in a fixed order, large call
+    or small: a split whose bits never change."""
+    scores = np.where(
+        visible_keys(q.shape[-2], k.shape[-2], causal=causal), scores_of(q, k, scale), -np.inf
+    )
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    numerator = np.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
+    denominator = np.zeros((*q.shape[:-1], 1), dtype=q.dtype)
+    for keys in np.array_split(np.arange(k.shape[-2]), 4):
+        numerator += weights[..., keys] @ v[..., keys, :]
+        denominator += weights[..., keys].sum(axis=-1, keepdims=True)
+    return (numerator / denominator).astype(q.dtype)
