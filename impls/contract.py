@@ -22,6 +22,7 @@ declares it; a plain callable declares one by accepting its keyword (``enable_gq
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 from abc import ABC, abstractmethod
@@ -217,6 +218,13 @@ class Implementation(ABC):
         """A view of ``native`` broadcast to ``shape``, stride 0 along the broadcast axes."""
         return native.__array_namespace__().broadcast_to(native, shape)
 
+    def poisoned_allocations(self) -> contextlib.AbstractContextManager:
+        """A context in which the array library's fresh allocations are filled with NaN, so an
+        output element a call never writes shows as NaN rather than as whatever a recycled buffer
+        held (often the previous call's right answer). The default does nothing: a library whose
+        arrays are never uninitialised (JAX) needs nothing more."""
+        return contextlib.nullcontext()
+
     # --- the computation ---------------------------------------------------------------------
 
     @abstractmethod
@@ -256,6 +264,24 @@ class NumpyArrays:
                 "but should return numpy.ndarray"
             )
         return native
+
+    @contextlib.contextmanager
+    def poisoned_allocations(self):
+        """numpy.empty and numpy.empty_like give NaN-filled arrays (of inexact dtypes) meanwhile:
+        what an implementation allocates and means to overwrite."""
+        empty, empty_like = np.empty, np.empty_like
+
+        def poisoned(array):
+            if np.issubdtype(array.dtype, np.inexact):
+                array.fill(np.nan)
+            return array
+
+        np.empty = lambda *args, **kwargs: poisoned(empty(*args, **kwargs))
+        np.empty_like = lambda *args, **kwargs: poisoned(empty_like(*args, **kwargs))
+        try:
+            yield
+        finally:
+            np.empty, np.empty_like = empty, empty_like
 
     def dtype_name(self, native: Any) -> str:
         return str(self.to_numpy(native).dtype)

@@ -16,6 +16,7 @@ they support, and say why they cannot run.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -96,6 +97,26 @@ class CupyArrays:
 
     def broadcast(self, native: Any, shape: tuple[int, ...]) -> Any:
         return cupy.broadcast_to(native, shape)
+
+    @contextlib.contextmanager
+    def poisoned_allocations(self):
+        """Every block CuPy hands out meanwhile, new or recycled by its pool, is first set to
+        0xFF bytes: NaN in float64, float32, float16 and bfloat16 alike."""
+        pool = cupy.get_default_memory_pool()
+
+        def filled(size: int):
+            memory = pool.malloc(size)
+            if size:
+                cupy.cuda.runtime.memsetAsync(
+                    memory.ptr, 0xFF, size, cupy.cuda.get_current_stream().ptr
+                )
+            return memory
+
+        cupy.cuda.set_allocator(filled)
+        try:
+            yield
+        finally:
+            cupy.cuda.set_allocator(pool.malloc)
 
     def to_numpy(self, native: Any) -> np.ndarray:
         if not isinstance(native, cupy.ndarray):

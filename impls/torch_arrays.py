@@ -5,6 +5,7 @@ support, and report "torch is not installed" as the reason they cannot run.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,21 @@ class TorchArrays:
 
     def permuted(self, native: Any, axes: tuple[int, ...]) -> Any:
         return native.permute(axes)
+
+    @contextlib.contextmanager
+    def poisoned_allocations(self):
+        """PyTorch's own mode: with deterministic algorithms on (warn_only, so no op refuses),
+        torch.utils.deterministic.fill_uninitialized_memory fills torch.empty's memory with NaN."""
+        enabled = torch.are_deterministic_algorithms_enabled()
+        warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+        filled = torch.utils.deterministic.fill_uninitialized_memory
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = True
+        try:
+            yield
+        finally:
+            torch.utils.deterministic.fill_uninitialized_memory = filled
+            torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
     def broadcast(self, native: Any, shape: tuple[int, ...]) -> Any:
         return native.expand(shape)

@@ -12,6 +12,7 @@ Messages are pickled with protocol 5, NumPy arrays as out-of-band buffers (one c
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import faulthandler
 import json
@@ -171,11 +172,17 @@ ROW_GAP = 8  # elements between one row's end and the next row's start in the ro
 
 
 def handle(
-    impl, op: str, arrays: list[tuple[Any, str]], kwargs: dict, layout: str = "contiguous"
+    impl,
+    op: str,
+    arrays: list[tuple[Any, str]],
+    kwargs: dict,
+    layout: str = "contiguous",
+    poison: bool = False,
 ) -> tuple:
     """One request: ("ok", result), ("raised", type, message, traceback) when the
     implementation raised anything at all, or ("broke", message) when what it returned, or how it
-    converted its inputs, breaks the contract."""
+    converted its inputs, breaks the contract. With ``poison`` the call runs inside the
+    implementation's poisoned_allocations(): memory it never writes reads as NaN."""
     if op not in OPS:
         return ("broke", f"unknown operation {op!r}")
     try:
@@ -184,7 +191,8 @@ def handle(
         return ("broke", f"converting its inputs raised {type(exc).__name__}: {exc}")
     before = snapshot(impl, natives)
     try:
-        out = getattr(impl, op)(*natives, **kwargs)
+        with impl.poisoned_allocations() if poison else contextlib.nullcontext():
+            out = getattr(impl, op)(*natives, **kwargs)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, pytest's outcomes: all failures
         kind = type(exc)
         return (

@@ -27,6 +27,7 @@ GROUPS = (
     "window",
     "padding",
     "layout",
+    "memory",
     "stress",
 )
 _REQUIRED = ("id", "level", "section", "group", "statement", "checked_on")

@@ -39,6 +39,7 @@ class Case:
     window: int | None = None
     key_lengths: tuple[int, ...] | None = None
     layout: str = "contiguous"  # how the worker lays the inputs out (impls.contract.LAYOUTS)
+    poison_allocations: bool = False  # fresh allocations read as NaN during the call
 
     def __post_init__(self) -> None:
         if self.tk is None:
@@ -91,6 +92,7 @@ class Case:
                 ("window", self.window, None),
                 ("key_lengths", self.key_lengths, None),
                 ("layout", self.layout, "contiguous"),
+                ("poison_allocations", self.poison_allocations, False),
             )
             if value != default
         )
@@ -205,7 +207,14 @@ class Subject:
         self.require(case)
         nq, nk, nv = self.to_native(case, q, k, v)
         return self.client.attention(
-            nq, nk, nv, causal=case.causal, scale=case.scale, layout=case.layout, **case.variant
+            nq,
+            nk,
+            nv,
+            causal=case.causal,
+            scale=case.scale,
+            layout=case.layout,
+            poison=case.poison_allocations,
+            **case.variant,
         )
 
     def call(self, case: Case, q, k, v) -> np.ndarray:

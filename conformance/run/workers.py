@@ -305,12 +305,20 @@ class ImplementationClient:
         causal: bool = True,
         scale: float | None = None,
         layout: str = "contiguous",
+        poison: bool = False,
         **variant,
     ) -> Returned:
         """The call; ``variant`` holds the extensions' keywords (window, key_lengths) where a test
-        sets them, and ``layout`` how the worker lays the inputs out (impls.contract.LAYOUTS)."""
+        sets them, ``layout`` how the worker lays the inputs out (impls.contract.LAYOUTS), and
+        ``poison`` whether fresh allocations read as NaN meanwhile."""
         return self.request(
-            "attention", [q, k, v], layout=layout, causal=causal, scale=scale, **variant
+            "attention",
+            [q, k, v],
+            layout=layout,
+            poison=poison,
+            causal=causal,
+            scale=scale,
+            **variant,
         )
 
     def attention_weights(self, q, k, *, causal: bool = True, scale: float | None = None):
@@ -321,8 +329,15 @@ class ImplementationClient:
 
     # --- the line itself ---------------------------------------------------------------------
 
-    def request(self, op: str, arrays: list[Sent], layout: str = "contiguous", **kwargs):
-        message = (op, [(a.array, a.dtype) for a in arrays], kwargs, layout)
+    def request(
+        self,
+        op: str,
+        arrays: list[Sent],
+        layout: str = "contiguous",
+        poison: bool = False,
+        **kwargs,
+    ):
+        message = (op, [(a.array, a.dtype) for a in arrays], kwargs, layout, poison)
         reply = self.channel.handle(message) if self.in_process else self.remote(op, message)
         return self.unpack(op, reply)
 

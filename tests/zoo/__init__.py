@@ -27,6 +27,7 @@ FAMILIES = (
     "window",
     "padding",
     "strides",
+    "memory",
     "stress",
 )
 

@@ -251,6 +251,36 @@ def row_pitch_from_head_dim(q, k, v, *, causal=True, scale=None):
     return attend_extended(q, k, v, causal=causal, scale=scale)
 
 
+# --- memory that was never written -------------------------------------------------------------
+
+
+def rows_into(out: np.ndarray, q, k, v, rows: range, *, causal, scale) -> np.ndarray:
+    """Writes attention rows ``rows`` of (q, k, v) into ``out`` and returns it."""
+    full = attend_extended(q, k, v, causal=causal, scale=scale)
+    out[..., rows, :] = full[..., rows, :]
+    return out
+
+
+@mutant("memory", "OUT-WRITTEN")
+def last_partial_tile_unwritten(q, k, v, *, causal=True, scale=None):
+    """Launches Tq // 64 row tiles (floor where ceil belongs): the rows of a last, partial tile
+    keep whatever the freshly allocated output held, often the previous call's right answer."""
+    out = np.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)  # (B, H, Tq, Dv)
+    tiles = max(q.shape[-2] // 64, 1)
+    return rows_into(out, q, k, v, range(min(64 * tiles, q.shape[-2])), causal=causal, scale=scale)
+
+
+@mutant("memory", "OUT-WRITTEN")
+def last_head_unwritten(q, k, v, *, causal=True, scale=None):
+    """Launches B * H - 1 (batch, head) programs, an off-by-one in the grid: the last head of the
+    last item keeps what its freshly allocated memory held."""
+    out = np.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)  # (B, H, Tq, Dv)
+    full = attend_extended(q, k, v, causal=causal, scale=scale)
+    pairs = out.reshape(-1, *out.shape[-2:])  # (B*H, Tq, Dv), a view
+    pairs[: len(pairs) - 1] = full.reshape(-1, *full.shape[-2:])[: len(pairs) - 1]
+    return out
+
+
 # --- stress -------------------------------------------------------------------------------------
 
 
