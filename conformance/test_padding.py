@@ -1,6 +1,9 @@
-"""Extensions, padded batches: a key length per batch item (PAD-KEYS)."""
+"""Extensions, padded and packed batches: a key length per batch item (PAD-KEYS), and sequences
+packed along the token axis (PAD-PACKED)."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
@@ -50,3 +53,86 @@ def test_nonfinite_padding_never_reaches_a_row(subject, dtype, tensor, bad):
     assert_identical(
         subject, case, f"out with {tensor} = {bad} past each item's key length", padded, clean
     )
+
+
+PACKED_CASES = [
+    # prefill of three sequences, one of them a single token
+    Case(
+        batch=1,
+        heads=2,
+        tq=60,
+        head_dim=16,
+        cu_seqlens_q=(0, 17, 18, 60),
+        cu_seqlens_k=(0, 17, 18, 60),
+    ),
+    # one decoding step for each of three sequences against caches of 30, 1 and 39 keys
+    Case(
+        batch=1,
+        heads=2,
+        tq=3,
+        tk=70,
+        head_dim=32,
+        cu_seqlens_q=(0, 1, 2, 3),
+        cu_seqlens_k=(0, 30, 31, 70),
+    ),
+    # chunked prefill: 5 and 7 new tokens after 15 and 23 cached ones
+    Case(
+        batch=1,
+        heads=2,
+        tq=12,
+        tk=50,
+        head_dim=16,
+        cu_seqlens_q=(0, 5, 12),
+        cu_seqlens_k=(0, 20, 50),
+    ),
+]
+PACKED_IDS = ["prefill", "decode", "chunked"]
+
+
+def sequences(case: Case):
+    """(query slice, key slice) of each packed sequence."""
+    bounds = zip(
+        itertools.pairwise(case.cu_seqlens_q), itertools.pairwise(case.cu_seqlens_k), strict=True
+    )
+    return [(slice(qa, qb), slice(ka, kb)) for (qa, qb), (ka, kb) in bounds]
+
+
+@pytest.mark.claim("PAD-PACKED")
+@pytest.mark.parametrize("case", PACKED_CASES, ids=PACKED_IDS)
+def test_each_packed_sequence_attends_its_own_keys(subject, dtype, case):
+    case = subject.fit(case.with_(dtype=dtype))
+    q, k, v = subject.inputs(case)
+    out = subject.call(case, q, k, v)
+    # The claim's own statement: each sequence's attention, computed alone, packed again.
+    truth = np.concatenate(
+        [
+            oracle_attention(q[..., rows, :], k[..., keys, :], v[..., keys, :])
+            for rows, keys in sequences(case)
+        ],
+        axis=-2,
+    )
+    assert_matches_oracle(subject, case, out, q, k, v, truth=truth)
+
+
+@pytest.mark.claim("PAD-PACKED")
+@pytest.mark.parametrize("case", PACKED_CASES, ids=PACKED_IDS)
+def test_no_token_attends_across_a_sequence_boundary(subject, dtype, case):
+    case = subject.fit(case.with_(dtype=dtype))
+    q, k, v = subject.inputs(case)
+    out = subject.call(case, q, k, v)
+    fresh = subject.inputs(case, spread=3.0)
+    for s, (rows, keys) in enumerate(sequences(case)):
+        others_q, others_k, others_v = (new.copy() for new in fresh)
+        others_q[..., rows, :], others_k[..., keys, :], others_v[..., keys, :] = (
+            q[..., rows, :],
+            k[..., keys, :],
+            v[..., keys, :],
+        )
+        changed = subject.call(case, others_q, others_k, others_v)
+        assert_identical(
+            subject,
+            case,
+            f"rows {rows.start}..{rows.stop - 1} (sequence {s}) with every other sequence changed",
+            changed[..., rows, :],
+            out[..., rows, :],
+        )

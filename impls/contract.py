@@ -13,11 +13,11 @@ sees keys j <= i + Tk - Tq, so Tq = 1 against a cache of Tk keys is one decoding
 ``scale=None`` means 1/sqrt(D).
 
 Beyond the document, an implementation may declare the attention that kernels ship
-(:data:`EXTENSIONS`): k and v with fewer heads than q, a left ``window=w`` and per-item
-``key_lengths=(L_0, ..., L_{B-1})`` keyword arguments, and inputs that are views rather than dense
-arrays (:data:`LAYOUTS`). The suite passes an extension's argument only to an implementation that
-declares it; a plain callable declares one by accepting its keyword (``enable_gqa``, ``window``,
-``key_lengths``).
+(:data:`EXTENSIONS`): k and v with fewer heads than q, a left ``window=w``, per-item
+``key_lengths=(L_0, ..., L_{B-1})`` and packed ``cu_seqlens_q``/``cu_seqlens_k`` keyword
+arguments, and inputs that are views rather than dense arrays (:data:`LAYOUTS`). The suite passes
+an extension's argument only to an implementation that declares it; a plain callable declares one
+by accepting its keyword (``enable_gqa``, ``window``, ``key_lengths``, ``cu_seqlens_q``).
 """
 
 from __future__ import annotations
@@ -81,6 +81,10 @@ EXTENSIONS: dict[str, str] = {
     "key_lengths": "key_lengths=(L_0, ..., L_{B-1}): item b holds its first L_b keys, its query "
     "row i sits at position i + L_b - Tq (FlashAttention cache_seqlens), and the padding past "
     "L_b, whatever it holds, is never read",
+    "packed": "cu_seqlens_q=(0, ..., Tq), cu_seqlens_k=(0, ..., Tk): sequences packed along the "
+    "token axis of a batch of one, sequence s holding query rows cu_seqlens_q[s] .. "
+    "cu_seqlens_q[s+1] - 1 and the keys likewise, each attending to its own keys alone, "
+    "bottom-right aligned (FlashAttention flash_attn_varlen_func)",
 }
 
 # How inputs may arrive: views into other arrays, as a model's projections hand them over.
@@ -111,6 +115,7 @@ class Capabilities:
     gqa: bool = False
     window: bool = False
     key_lengths: bool = False
+    packed: bool = False
     # LAYOUTS it computes right; one left out must compute right or raise a clear error
     layouts: tuple[str, ...] = ("contiguous",)
 
@@ -157,6 +162,7 @@ class Capabilities:
                 ("gqa", self.gqa),
                 ("window", self.window),
                 ("key lengths", self.key_lengths),
+                ("packed", self.packed),
             )
             if on
         ]
@@ -297,12 +303,15 @@ def validate_inputs(
     gqa: bool = False,
     window: int | None = None,
     key_lengths=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
 ) -> None:
     """Raise :class:`AttentionInputError` naming the problem when (q, k, v, scale) are invalid.
 
     Works on any array with ``.ndim``, ``.shape`` and ``.dtype``; shared by the built-ins so every
     one of them rejects the same inputs with the same words. ``gqa`` accepts k and v with fewer
-    heads than q (a divisor of q's); ``window`` and ``key_lengths`` are checked where given.
+    heads than q (a divisor of q's); ``window``, ``key_lengths`` and the packed sequences'
+    offsets are checked where given.
     """
     for label, array in (("q", q), ("k", k), ("v", v)):
         if array.ndim != 4:
@@ -327,7 +336,12 @@ def validate_inputs(
             f"empty dimension in q {tuple(q.shape)}, k {tuple(k.shape)} or v {tuple(v.shape)}: "
             "every dim must be at least 1"
         )
-    if causal and tq > tk:
+    packed = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if packed:
+        validate_packed(cu_seqlens_q, cu_seqlens_k, batch=bq, tq=tq, tk=tk, causal=causal)
+        if key_lengths is not None:
+            raise AttentionInputError("key_lengths with packed sequences: give one or the other")
+    if causal and tq > tk and not packed:
         raise AttentionInputError(
             f"causal attention with Tq={tq} > Tk={tk}: bottom-right alignment leaves the first "
             f"{tq - tk} query rows with no key to attend to"
@@ -343,6 +357,41 @@ def validate_inputs(
         validate_window(window, causal=causal)
     if key_lengths is not None:
         validate_key_lengths(key_lengths, batch=bq, tq=tq, tk=tk, causal=causal)
+
+
+def validate_packed(cu_seqlens_q, cu_seqlens_k, *, batch: int, tq: int, tk: int, causal: bool):
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        raise AttentionInputError(
+            "packed sequences need both cu_seqlens_q and cu_seqlens_k, "
+            f"not cu_seqlens_q={cu_seqlens_q!r} and cu_seqlens_k={cu_seqlens_k!r}"
+        )
+    if batch != 1:
+        raise AttentionInputError(f"packed sequences with B={batch}, but should be a batch of one")
+    offsets = {}
+    for label, cu, total in (
+        ("cu_seqlens_q", cu_seqlens_q, tq),
+        ("cu_seqlens_k", cu_seqlens_k, tk),
+    ):
+        cu = np.asarray(cu)
+        if cu.ndim != 1 or len(cu) < 2 or not np.issubdtype(cu.dtype, np.integer):
+            raise AttentionInputError(f"{label}={cu.tolist()!r}, but should be at least 2 integers")
+        if cu[0] != 0 or cu[-1] != total or np.any(np.diff(cu) < 1):
+            raise AttentionInputError(
+                f"{label}={cu.tolist()}, but should rise from 0 to {total}, "
+                "by at least 1 per sequence"
+            )
+        offsets[label] = cu
+    lengths_q, lengths_k = (np.diff(offsets[label]) for label in ("cu_seqlens_q", "cu_seqlens_k"))
+    if len(lengths_q) != len(lengths_k):
+        raise AttentionInputError(
+            f"cu_seqlens_q has {len(lengths_q)} sequences but cu_seqlens_k {len(lengths_k)}"
+        )
+    if causal and np.any(lengths_q > lengths_k):
+        s = int(np.argmax(lengths_q > lengths_k))
+        raise AttentionInputError(
+            f"packed sequence {s} has {lengths_q[s]} queries but {lengths_k[s]} keys: causal "
+            "bottom-right alignment leaves its first queries with no key"
+        )
 
 
 def validate_window(window, *, causal: bool) -> None:
@@ -383,6 +432,7 @@ class PlainCallable(NumpyArrays, Implementation):
             gqa="enable_gqa" in accepted,
             window="window" in accepted,
             key_lengths="key_lengths" in accepted,
+            packed="cu_seqlens_q" in accepted and "cu_seqlens_k" in accepted,
         )
 
     def version(self) -> str:

@@ -13,7 +13,8 @@ these constants), so every CPU run holds the tiling to the claims:
 * one division by l at the end, and optionally the log-sum-exp m + log(l) of each row;
 * the extensions: query head h reads key/value head h // g; a left window w also skips the
   tiles before the block's first row's window and masks the keys behind each row's; with key
-  lengths, item b's tiles end at its L_b keys and its rows sit at i + L_b - Tq.
+  lengths, item b's tiles end at its L_b keys and its rows sit at i + L_b - Tq; a packed
+  sequence is an item of its own.
 
 The arithmetic is in the input's dtype (float32 or float64), as the kernel's float32 path.
 """
@@ -31,6 +32,7 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
+from spec.formula import per_sequence
 
 BLOCK_M = 64  # query rows per block: 4 warps x 16 rows in the tensor-core kernel
 BLOCK_N = 64  # keys per tile streamed through shared memory
@@ -98,12 +100,18 @@ class NumpyFlash(NumpyArrays, Implementation):
         gqa=True,
         window=True,
         key_lengths=True,
+        packed=True,
         layouts=tuple(LAYOUTS),
     )
 
-    def attention(self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None):
+    def attention(self, q, k, v, *, causal=True, scale=None, window=None, **variant):
+        if variant.get("cu_seqlens_q") is not None:
+            validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant)
+            return per_sequence(
+                self.attention, q, k, v, causal=causal, scale=scale, window=window, **variant
+            )
         return self.attention_and_lse(
-            q, k, v, causal=causal, scale=scale, window=window, key_lengths=key_lengths
+            q, k, v, causal=causal, scale=scale, window=window, **variant
         )[0]
 
     def attention_and_lse(self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None):

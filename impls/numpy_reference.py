@@ -25,11 +25,12 @@ class NumpyReference(NumpyArrays, Implementation):
         gqa=True,
         window=True,
         key_lengths=True,
+        packed=True,
         layouts=tuple(LAYOUTS),
     )
 
-    def attention(self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None):
-        variant = dict(window=window, key_lengths=key_lengths)
+    def attention(self, q, k, v, *, causal=True, scale=None, window=None, **packing):
+        variant = dict(window=window, **packing)
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant)
         return reference_attention(q, k, v, causal=causal, scale=scale, **variant)
 

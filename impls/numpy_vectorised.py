@@ -9,7 +9,8 @@ element instead of one per weight).
 
 Grouped-query heads read their key/value head through an index (a copy of k and v per query
 head); a window masks the keys behind it and skips the ones no row of a block sees; with key
-lengths each batch item is its own call on its first L_b keys.
+lengths each batch item is its own call on its first L_b keys, and each packed sequence is its
+own call on its slice.
 
 Large calls split the (batch, head) pairs into one group per core and run the groups on a
 thread pool, with BLAS held to one thread meanwhile (threadpoolctl): NumPy's elementwise passes
@@ -37,7 +38,7 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
-from spec.formula import repeat_kv_heads
+from spec.formula import per_sequence, repeat_kv_heads
 
 try:
     from threadpoolctl import ThreadpoolController
@@ -78,15 +79,30 @@ class NumpyVectorised(NumpyArrays, Implementation):
         gqa=True,
         window=True,
         key_lengths=True,
+        packed=True,
         layouts=tuple(LAYOUTS),  # reshape copies what is not contiguous
     )
 
-    def attention(self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None):
+    def attention(
+        self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **packing
+    ):
         validate_inputs(
-            q, k, v, causal=causal, scale=scale, gqa=True, window=window, key_lengths=key_lengths
+            q,
+            k,
+            v,
+            causal=causal,
+            scale=scale,
+            gqa=True,
+            window=window,
+            key_lengths=key_lengths,
+            **packing,
         )
         if q.dtype not in (np.float32, np.float64):
             raise TypeError(f"q.dtype={q.dtype}, but should be float32 or float64 [{self.name}]")
+        if packing.get("cu_seqlens_q") is not None:
+            return per_sequence(
+                self.attention, q, k, v, causal=causal, scale=scale, window=window, **packing
+            )
         if key_lengths is not None:
             return np.concatenate(
                 [

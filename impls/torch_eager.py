@@ -12,6 +12,7 @@ from impls.contract import (
     validate_inputs,
 )
 from impls.torch_arrays import TorchArrays, padding_zeroed, torch, visible_mask
+from spec.formula import per_sequence
 
 
 class TorchEager(TorchArrays, Implementation):
@@ -27,6 +28,7 @@ class TorchEager(TorchArrays, Implementation):
         gqa=True,
         window=True,
         key_lengths=True,
+        packed=True,
         layouts=tuple(LAYOUTS),
     )
 
@@ -45,9 +47,23 @@ class TorchEager(TorchArrays, Implementation):
             scores = scores.masked_fill(~mask, float("-inf"))
         return torch.softmax(scores, dim=-1)
 
-    def attention(self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None):
+    def attention(
+        self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **packing
+    ):
         variant = dict(window=window, key_lengths=key_lengths)
-        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant)
+        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
+        if packing.get("cu_seqlens_q") is not None:
+            return per_sequence(
+                self.attention,
+                q,
+                k,
+                v,
+                causal=causal,
+                scale=scale,
+                window=window,
+                **packing,
+                concatenate=lambda parts, axis: torch.cat(parts, dim=axis),
+            )
         weights = self.attention_weights(q, k, causal=causal, scale=scale, **variant)
         return weights @ padding_zeroed(repeated_heads(q, v), key_lengths)  # (B, H, Tq, Dv)
 

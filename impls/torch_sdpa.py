@@ -14,6 +14,7 @@ from impls.contract import (
     validate_inputs,
 )
 from impls.torch_arrays import TorchArrays, bottom_right_mask, padding_zeroed, torch, visible_mask
+from spec.formula import per_sequence
 
 
 class TorchSdpa(TorchArrays, Implementation):
@@ -39,6 +40,7 @@ class TorchSdpa(TorchArrays, Implementation):
         gqa=True,
         window=True,
         key_lengths=True,
+        packed=True,
         layouts=tuple(LAYOUTS),
     )
 
@@ -46,9 +48,23 @@ class TorchSdpa(TorchArrays, Implementation):
         self.device = device
         self.name = "torch_sdpa" if device == "cpu" else f"torch_sdpa_{device}"
 
-    def attention(self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None):
+    def attention(
+        self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **packing
+    ):
         variant = dict(window=window, key_lengths=key_lengths)
-        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant)
+        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
+        if packing.get("cu_seqlens_q") is not None:
+            return per_sequence(
+                self.attention,
+                q,
+                k,
+                v,
+                causal=causal,
+                scale=scale,
+                window=window,
+                **packing,
+                concatenate=lambda parts, axis: torch.cat(parts, dim=axis),
+            )
         tq, tk = q.shape[-2], k.shape[-2]
         scale = resolve_scale(scale, q.shape[-1])
         grouped = dict(enable_gqa=True) if k.shape[-3] != q.shape[-3] else {}

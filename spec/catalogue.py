@@ -34,7 +34,7 @@ _REQUIRED = ("id", "level", "section", "group", "statement", "checked_on")
 _OPTIONAL = ("follows_from", "erratum")
 _EXTENSION_FIELDS = ("convention", "capability")  # required in extension sections, else refused
 # The Capabilities flags an extension claim may need (impls.contract.Capabilities)
-CAPABILITIES = ("gqa", "window", "key_lengths", "none")
+CAPABILITIES = ("gqa", "window", "key_lengths", "packed", "none")
 
 
 class CatalogueError(ValueError):

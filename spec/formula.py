@@ -12,12 +12,15 @@ Causal attention is bottom-right aligned: query row i sits at absolute position 
 sees keys j <= i + Tk - Tq. ``scale=None`` means 1/sqrt(D).
 
 The extensions (attention as kernels ship it, not in the document) are keyword arguments of the
-same functions: k and v with fewer heads than q (grouped-query attention), a left ``window`` and
-per-item ``key_lengths``; :func:`visible_keys` says which keys each query row sees under them.
+same functions: k and v with fewer heads than q (grouped-query attention), a left ``window``,
+per-item ``key_lengths``, and sequences packed along the token axis (``cu_seqlens_q``,
+``cu_seqlens_k``); :func:`visible_keys` says which keys each query row sees under the first ones,
+and :func:`per_sequence` what packing means.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -113,11 +116,30 @@ def reference_weights(q, k, *, causal: bool = True, scale: float | None = None, 
 
 def reference_attention(q, k, v, *, causal: bool = True, scale: float | None = None, **variant):
     """output[i] = sum_j A[i, j] V[j], (B, H, Tq, Dv), in float64."""
+    if variant.get("cu_seqlens_q") is not None:
+        return per_sequence(reference_attention, q, k, v, causal=causal, scale=scale, **variant)
     weights = reference_weights(q, k, causal=causal, scale=scale, **variant)
     return weights @ unread_padding_zeroed(repeat_kv_heads(q, np.asarray(v, np.float64)), **variant)
 
 
-def unread_padding_zeroed(v: np.ndarray, *, window=None, key_lengths=None) -> np.ndarray:
+def per_sequence(
+    attend, q, k, v, *, cu_seqlens_q, cu_seqlens_k, concatenate=np.concatenate, **options
+):
+    """``attend`` on each packed sequence alone, the outputs packed again (by ``concatenate``,
+    NumPy's or another library's): sequence s holds query rows cu_seqlens_q[s] ..
+    cu_seqlens_q[s + 1] - 1 and keys cu_seqlens_k[s] .. cu_seqlens_k[s + 1] - 1 of a batch of one
+    (FlashAttention's varlen form), and sees nothing of the others."""
+    bounds = zip(itertools.pairwise(cu_seqlens_q), itertools.pairwise(cu_seqlens_k), strict=True)
+    return concatenate(
+        [
+            attend(q[..., qa:qb, :], k[..., ka:kb, :], v[..., ka:kb, :], **options)
+            for (qa, qb), (ka, kb) in bounds
+        ],
+        -2,
+    )
+
+
+def unread_padding_zeroed(v: np.ndarray, *, key_lengths=None, **_) -> np.ndarray:
     """v with the padding past each item's key length set to 0: no row reads it, and a NaN there
     must not reach a row through a weight of 0 (0 * NaN is NaN)."""
     if key_lengths is None:
@@ -170,6 +192,10 @@ def naive_baseline(
     This is what a straightforward kernel in that dtype computes (matmul outputs and the softmax
     weights stored in the dtype), so its error is the yardstick for the dtype. Returns float64.
     """
+    if variant.get("cu_seqlens_q") is not None:
+        return per_sequence(
+            naive_baseline, q, k, v, dtype=dtype, causal=causal, scale=scale, **variant
+        )
     weights = naive_baseline_weights(q, k, dtype=dtype, causal=causal, scale=scale, **variant)
     accumulate = _accumulation(dtype)
     v = unread_padding_zeroed(repeat_kv_heads(q, v), **variant)

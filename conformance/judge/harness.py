@@ -38,6 +38,8 @@ class Case:
     kv_heads: int | None = None  # None: same as heads; fewer is grouped-query attention
     window: int | None = None
     key_lengths: tuple[int, ...] | None = None
+    cu_seqlens_q: tuple[int, ...] | None = None  # packed sequences: a batch of one
+    cu_seqlens_k: tuple[int, ...] | None = None
     layout: str = "contiguous"  # how the worker lays the inputs out (impls.contract.LAYOUTS)
     poison_allocations: bool = False  # fresh allocations read as NaN during the call
 
@@ -69,7 +71,12 @@ class Case:
         """The extensions' keyword arguments this case sets (none for the document's cases)."""
         return {
             name: value
-            for name, value in (("window", self.window), ("key_lengths", self.key_lengths))
+            for name, value in (
+                ("window", self.window),
+                ("key_lengths", self.key_lengths),
+                ("cu_seqlens_q", self.cu_seqlens_q),
+                ("cu_seqlens_k", self.cu_seqlens_k),
+            )
             if value is not None
         }
 
@@ -91,6 +98,8 @@ class Case:
                 ("Hkv", self.kv_heads, self.heads),
                 ("window", self.window, None),
                 ("key_lengths", self.key_lengths, None),
+                ("cu_seqlens_q", self.cu_seqlens_q, None),
+                ("cu_seqlens_k", self.cu_seqlens_k, None),
                 ("layout", self.layout, "contiguous"),
                 ("poison_allocations", self.poison_allocations, False),
             )
@@ -191,6 +200,7 @@ class Subject:
                 ("gqa (fewer k/v heads than q heads)", case.kv_heads != case.heads, caps.gqa),
                 ("window", case.window is not None, caps.window),
                 ("key_lengths", case.key_lengths is not None, caps.key_lengths),
+                ("packed sequences", case.cu_seqlens_q is not None, caps.packed),
             )
             if needed and not declared
         ]

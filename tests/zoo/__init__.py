@@ -59,11 +59,9 @@ def _validating(fn: Callable) -> Callable:
     # extensions it implements by naming their keywords, as any plain callable does.
     @functools.wraps(fn)
     def member(q, k, v, *, causal=True, scale=None, **variant):
-        window, key_lengths = variant.get("window"), variant.get("key_lengths")
+        checked = {name: value for name, value in variant.items() if name != "enable_gqa"}
         gqa = variant.get("enable_gqa", False)
-        validate_inputs(
-            q, k, v, causal=causal, scale=scale, gqa=gqa, window=window, key_lengths=key_lengths
-        )
+        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=gqa, **checked)
         return fn(q, k, v, causal=causal, scale=scale, **variant)
 
     return member

@@ -8,6 +8,8 @@ A member declares the extensions it implements by naming their keywords (``enabl
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from spec.formula import visible_keys
@@ -212,6 +214,66 @@ def padding_items_sliced(q, k, v, *, causal=True, scale=None, key_lengths=None):
             for b, n in enumerate(lengths)
         ]
     )
+
+
+def packed_mask(tq: int, tk: int, cu_q, cu_k, *, causal: bool, align_to_keys: bool = True):
+    """(Tq, Tk) True where packed query row i sees key j: same sequence, and bottom-right aligned
+    within it (top-left where ``align_to_keys`` is off)."""
+    visible = np.zeros((tq, tk), dtype=bool)
+    for (qa, qb), (ka, kb) in zip(itertools.pairwise(cu_q), itertools.pairwise(cu_k), strict=True):
+        rows, keys = np.arange(qb - qa)[:, None], np.arange(kb - ka)[None, :]
+        offset = (kb - ka) - (qb - qa) if align_to_keys else 0
+        visible[qa:qb, ka:kb] = keys <= rows + offset if causal else True
+    return visible
+
+
+@mutant("padding", "PAD-PACKED")
+def packed_boundaries_ignored(
+    q, k, v, *, causal=True, scale=None, cu_seqlens_q=None, cu_seqlens_k=None
+):
+    """Accepts cu_seqlens and masks the packed tokens as one long causal sequence: every token
+    also attends to the sequences packed before it."""
+    return attend_extended(q, k, v, causal=causal, scale=scale)
+
+
+@mutant("padding", "PAD-PACKED")
+def packed_keys_at_query_offsets(
+    q, k, v, *, causal=True, scale=None, cu_seqlens_q=None, cu_seqlens_k=None
+):
+    """Cuts the keys at cu_seqlens_q as well as the queries: right when every sequence has as many
+    queries as keys (prefill), wrong when decoding or prefilling against a cache."""
+    if cu_seqlens_q is None:
+        return attend_extended(q, k, v, causal=causal, scale=scale)
+    shifted = (*cu_seqlens_q[:-1], k.shape[-2])  # cu_seqlens_q's cuts, ending at Tk
+    visible = packed_mask(q.shape[-2], k.shape[-2], cu_seqlens_q, shifted, causal=causal)
+    return attend_extended(q, k, v, causal=causal, scale=scale, visible=visible)
+
+
+@mutant("padding", "PAD-PACKED")
+def packed_sequences_top_left(
+    q, k, v, *, causal=True, scale=None, cu_seqlens_q=None, cu_seqlens_k=None
+):
+    """Aligns each packed sequence's queries with its first keys (row i sees keys up to i), the
+    usual triangular mask per block: right in prefill, blind to a sequence's cached keys."""
+    if cu_seqlens_q is None:
+        return attend_extended(q, k, v, causal=causal, scale=scale)
+    visible = packed_mask(
+        q.shape[-2], k.shape[-2], cu_seqlens_q, cu_seqlens_k, causal=causal, align_to_keys=False
+    )
+    return attend_extended(q, k, v, causal=causal, scale=scale, visible=visible)
+
+
+@correct_variant
+def packed_block_diagonal_mask(
+    q, k, v, *, causal=True, scale=None, cu_seqlens_q=None, cu_seqlens_k=None
+):
+    """Attends all packed tokens in one product under a block-diagonal mask, each block
+    bottom-right aligned (xformers' BlockDiagonalCausalFromBottomRightMask), instead of a call
+    per sequence."""
+    if cu_seqlens_q is None:
+        return attend_extended(q, k, v, causal=causal, scale=scale)
+    visible = packed_mask(q.shape[-2], k.shape[-2], cu_seqlens_q, cu_seqlens_k, causal=causal)
+    return attend_extended(q, k, v, causal=causal, scale=scale, visible=visible)
 
 
 # --- strides ------------------------------------------------------------------------------------
