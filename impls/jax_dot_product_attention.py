@@ -1,8 +1,17 @@
-"""``jax``: ``jax.nn.dot_product_attention``, float32 and float64 on the CPU."""
+"""``jax``: ``jax.nn.dot_product_attention``, float32 on the CPU.
+
+Grouped-query heads use its own grouping (k and v with fewer heads: query head h reads head
+h // g). A window, key lengths and packed sequences go into the explicit boolean mask, bottom-right
+aligned as the contract is (its ``local_window_size`` and ``key_value_seq_lengths`` count from
+the query's index); the padding's keys and values are zeroed first, since a weight of 0 times a
+NaN value is NaN."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from impls.contract import (
+    LAYOUTS,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
@@ -11,6 +20,7 @@ from impls.contract import (
     validate_inputs,
 )
 from impls.jax_arrays import JaxArrays, _jax
+from spec.formula import per_sequence, visible_keys
 
 
 class JaxDotProductAttention(JaxArrays, Implementation):
@@ -19,17 +29,45 @@ class JaxDotProductAttention(JaxArrays, Implementation):
     # (the README's built-ins section gives the measurement); jax_formula covers float64. Its API
     # wants Dv = D.
     capabilities = Capabilities(
-        dtypes=("float32",), distinct_value_dim=False, conventions=RAISES_ON_ALL
+        dtypes=("float32",),
+        distinct_value_dim=False,
+        conventions=RAISES_ON_ALL,
+        gqa=True,
+        window=True,
+        key_lengths=True,
+        packed=True,
+        layouts=tuple(LAYOUTS),
     )
 
-    def attention(self, q, k, v, *, causal=True, scale=None):
-        validate_inputs(q, k, v, causal=causal, scale=scale)
+    def attention(
+        self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **packing
+    ):
+        variant = dict(window=window, key_lengths=key_lengths)
+        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
         self.check_dtypes(q, k, v)
         jnp = _jax().numpy
+        if packing.get("cu_seqlens_q") is not None:
+            return per_sequence(
+                self.attention,
+                q,
+                k,
+                v,
+                causal=causal,
+                scale=scale,
+                window=window,
+                **packing,
+                concatenate=lambda parts, axis: jnp.concatenate(parts, axis=axis),
+            )
         scale = resolve_scale(scale, q.shape[-1])
+        tq, tk = q.shape[-2], k.shape[-2]
         # jax.nn wants (B, T, N, H); its is_causal is top-left aligned when Tq < Tk, so the
         # bottom-right mask is passed explicitly, (Tq, Tk) broadcast over (B, N).
-        mask = jnp.asarray(causal_mask(q.shape[-2], k.shape[-2])) if causal else None
+        mask = jnp.asarray(causal_mask(tq, tk)) if causal else None
+        if window is not None or key_lengths is not None:
+            mask = jnp.asarray(visible_keys(tq, tk, causal=causal, **variant))  # (B|1, 1, Tq, Tk)
+        if key_lengths is not None:
+            padding = np.arange(tk)[None, :] >= np.asarray(key_lengths)[:, None]  # (B, Tk)
+            k, v = (jnp.where(padding[:, None, :, None], 0, x) for x in (k, v))
         out = _jax().nn.dot_product_attention(
             *(jnp.swapaxes(x, 1, 2) for x in (q, k, v)),  # (B, T, H, D)
             mask=mask,
