@@ -15,8 +15,12 @@
 //
 // 16-bit values travel as raw bits (unsigned short) and are converted with PTX cvt, so the source
 // needs no cuda_fp16.h / cuda_bf16.h and NVRTC compiles it with no include path (sm_80 and up).
-// All arrays are contiguous (B*H, T, D); LSE, when not null, receives each row's natural
-// log-sum-exp of its scaled, masked scores as float32.
+// All arrays are contiguous (B*H, T, D), K and V with B*Hkv heads; LSE, when not null, receives
+// each row's natural log-sum-exp of its scaled, masked scores as float32.
+//
+// The extensions: query head h reads key/value head h / heads_per_kv (Hq / Hkv, grouped-query
+// attention; 1 is plain multi-head), and a left window (-1: none) keeps keys from a row's
+// position - window on, its block skipping the tiles before its first row's window too.
 
 #ifndef BLOCK_M
 #error "compile with -DBLOCK_M=... -DBLOCK_N=... (impls/cuda_kernels.py passes numpy_flash's tiles)"
@@ -69,6 +73,12 @@ __device__ __forceinline__ bits32 join(bits16 low, bits16 high) {
     return (bits32)low | ((bits32)high << 16);
 }
 
+// The first key tile a block whose first row sits at absolute position `position` visits: with a
+// left window, no row of the block sees a key before position - window.
+__device__ __forceinline__ int first_tile(int position, int window) {
+    return window < 0 ? 0 : max(position - window, 0) / BLOCK_N * BLOCK_N;
+}
+
 // Two adjacent 16-bit elements (row, col), (row, col + 1) as one register; zero past the end.
 template <int HEAD_DIM>
 __device__ __forceinline__ bits32 load_pair(const bits16* base, int row, int rows, int col) {
@@ -102,7 +112,8 @@ __device__ __forceinline__ void load_tile(bits16 (*tile)[HEAD_DIM + ROW_PAD], co
 template <int HEAD_DIM, typename Format>
 __device__ __forceinline__ void flash_forward_tensor_cores(
     const bits16* __restrict__ Q, const bits16* __restrict__ K, const bits16* __restrict__ V,
-    bits16* __restrict__ O, float* __restrict__ LSE, int tq, int tk, float scale, int causal) {
+    bits16* __restrict__ O, float* __restrict__ LSE, int tq, int tk, float scale, int causal,
+    int heads_per_kv, int window) {
     static_assert(HEAD_DIM % 16 == 0, "head dim must be a multiple of 16");
     __shared__ __align__(16) bits16 k_tile[BLOCK_N][HEAD_DIM + ROW_PAD];
     __shared__ __align__(16) bits16 v_tile[BLOCK_N][HEAD_DIM + ROW_PAD];
@@ -113,8 +124,9 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
     const int block_start = blockIdx.x * BLOCK_M;
     const int offset = tk - tq;
     const bits16* q = Q + (size_t)bh * tq * HEAD_DIM;
-    const bits16* k = K + (size_t)bh * tk * HEAD_DIM;
-    const bits16* v = V + (size_t)bh * tk * HEAD_DIM;
+    // (b * Hq + h) / g = b * Hkv + h / g, since Hq = g * Hkv (g = heads_per_kv)
+    const bits16* k = K + (size_t)(bh / heads_per_kv) * tk * HEAD_DIM;
+    const bits16* v = V + (size_t)(bh / heads_per_kv) * tk * HEAD_DIM;
     const int row0 = block_start + warp * 16 + group;  // this thread's rows: row0 and row0 + 8
 
     bits32 q_frag[HEAD_DIM / 16][4];
@@ -135,7 +147,8 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
     for (int t = 0; t < HEAD_DIM / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
 
     const int end = causal ? min(tk, block_start + BLOCK_M + offset) : tk;
-    for (int tile_start = 0; tile_start < end; tile_start += BLOCK_N) {
+    const int first = first_tile(block_start + offset, window);
+    for (int tile_start = first; tile_start < end; tile_start += BLOCK_N) {
         __syncthreads();  // the previous tile is no longer read
         load_tile<HEAD_DIM, TENSOR_CORE_THREADS>(k_tile, k, tile_start, tk);
         load_tile<HEAD_DIM, TENSOR_CORE_THREADS>(v_tile, v, tile_start, tk);
@@ -161,7 +174,8 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
             for (int e = 0; e < 4; ++e) {
                 const int row = row0 + 8 * (e / 2);
                 const int col = tile_start + t * 8 + 2 * tig + (e % 2);
-                const bool visible = col < tk && (!causal || col <= row + offset);
+                const bool visible = col < tk && (!causal || col <= row + offset) &&
+                                     (window < 0 || col >= row + offset - window);
                 // Overwritten, not added to: a NaN or inf future score must not survive.
                 s[t][e] = visible ? s[t][e] * scale_log2 : negative_infinity();
                 tile_max[e / 2] = fmaxf(tile_max[e / 2], s[t][e]);
@@ -245,7 +259,8 @@ __device__ __forceinline__ void flash_forward_float32(const float* __restrict__ 
                                                       const float* __restrict__ V,
                                                       float* __restrict__ O,
                                                       float* __restrict__ LSE, int tq, int tk,
-                                                      float scale, int causal) {
+                                                      float scale, int causal, int heads_per_kv,
+                                                      int window) {
     constexpr int HALF = HEAD_DIM / 2;
     __shared__ float kv_tile[BLOCK_N][HEAD_DIM];
     __shared__ float scores[BLOCK_N][BLOCK_M];
@@ -255,8 +270,8 @@ __device__ __forceinline__ void flash_forward_float32(const float* __restrict__ 
     const int block_start = blockIdx.x * BLOCK_M;
     const int row = block_start + local_row;
     const int offset = tk - tq;
-    const float* k = K + (size_t)bh * tk * HEAD_DIM;
-    const float* v = V + (size_t)bh * tk * HEAD_DIM;
+    const float* k = K + (size_t)(bh / heads_per_kv) * tk * HEAD_DIM;
+    const float* v = V + (size_t)(bh / heads_per_kv) * tk * HEAD_DIM;
 
     float q[HALF], acc[HALF];
 #pragma unroll
@@ -267,7 +282,8 @@ __device__ __forceinline__ void flash_forward_float32(const float* __restrict__ 
     float running_max = negative_infinity(), running_sum = 0.0f;
 
     const int end = causal ? min(tk, block_start + BLOCK_M + offset) : tk;
-    for (int tile_start = 0; tile_start < end; tile_start += BLOCK_N) {
+    const int first = first_tile(block_start + offset, window);
+    for (int tile_start = first; tile_start < end; tile_start += BLOCK_N) {
         __syncthreads();
         for (int idx = threadIdx.x; idx < BLOCK_N * HEAD_DIM; idx += F32_THREADS) {
             const int r = idx / HEAD_DIM;
@@ -282,7 +298,8 @@ __device__ __forceinline__ void flash_forward_float32(const float* __restrict__ 
             for (int c = 0; c < HALF; ++c) partial += q[c] * kv_tile[j][2 * c + half];
             const float dot = partial + __shfl_xor_sync(0xffffffffu, partial, 1);
             const int col = tile_start + j;
-            const bool visible = col < tk && (!causal || col <= row + offset);
+            const bool visible = col < tk && (!causal || col <= row + offset) &&
+                                 (window < 0 || col >= row + offset - window);
             const float score = visible ? dot * scale : negative_infinity();
             if (half == 0) scores[j][local_row] = score;
             tile_max = fmaxf(tile_max, score);
@@ -321,15 +338,17 @@ __device__ __forceinline__ void flash_forward_float32(const float* __restrict__ 
 #define TENSOR_CORE_ENTRY(NAME, HEAD_DIM, FORMAT)                                              \
     extern "C" __global__ void __launch_bounds__(TENSOR_CORE_THREADS)                          \
         NAME(const bits16* q, const bits16* k, const bits16* v, bits16* o, float* lse, int tq, \
-             int tk, float scale, int causal) {                                                \
-        flash_forward_tensor_cores<HEAD_DIM, FORMAT>(q, k, v, o, lse, tq, tk, scale, causal);  \
+             int tk, float scale, int causal, int heads_per_kv, int window) {                  \
+        flash_forward_tensor_cores<HEAD_DIM, FORMAT>(q, k, v, o, lse, tq, tk, scale, causal,   \
+                                                     heads_per_kv, window);                    \
     }
 
-#define FLOAT32_ENTRY(NAME, HEAD_DIM)                                                            \
-    extern "C" __global__ void __launch_bounds__(F32_THREADS)                                    \
-        NAME(const float* q, const float* k, const float* v, float* o, float* lse, int tq,       \
-             int tk, float scale, int causal) {                                                  \
-        flash_forward_float32<HEAD_DIM>(q, k, v, o, lse, tq, tk, scale, causal);                 \
+#define FLOAT32_ENTRY(NAME, HEAD_DIM)                                                         \
+    extern "C" __global__ void __launch_bounds__(F32_THREADS)                                 \
+        NAME(const float* q, const float* k, const float* v, float* o, float* lse, int tq,    \
+             int tk, float scale, int causal, int heads_per_kv, int window) {                 \
+        flash_forward_float32<HEAD_DIM>(q, k, v, o, lse, tq, tk, scale, causal, heads_per_kv, \
+                                        window);                                              \
     }
 
 TENSOR_CORE_ENTRY(flash_f16_d32, 32, Float16)

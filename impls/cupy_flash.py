@@ -1,5 +1,5 @@
 """``cupy_flash``: one fused CUDA kernel per (dtype, head dim) (``cupy_flash.cu``), tensor cores
-for float16 and bfloat16.
+for float16 and bfloat16; grouped-query heads and a left window in the kernel itself.
 """
 
 from __future__ import annotations
@@ -30,14 +30,16 @@ class CupyFlash(CupyArrays, Implementation):
         head_dims=FLASH_HEAD_DIMS,
         distinct_value_dim=False,
         conventions=RAISES_ON_ALL,
+        gqa=True,
+        window=True,
     )
 
-    def attention(self, q, k, v, *, causal=True, scale=None):
-        return self.attention_and_lse(q, k, v, causal=causal, scale=scale)[0]
+    def attention(self, q, k, v, *, causal=True, scale=None, window=None):
+        return self.attention_and_lse(q, k, v, causal=causal, scale=scale, window=window)[0]
 
-    def attention_and_lse(self, q, k, v, *, causal=True, scale=None):
+    def attention_and_lse(self, q, k, v, *, causal=True, scale=None, window=None):
         """(out, lse): the output and each row's float32 log-sum-exp (B, H, Tq)."""
-        validate_inputs(q, k, v, causal=causal, scale=scale)
+        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, window=window)
         dtype = self.check_arrays(q=q, k=k, v=v)
         batch, heads, tq, d = q.shape
         tk, dv = k.shape[-2], v.shape[-1]
@@ -56,6 +58,7 @@ class CupyFlash(CupyArrays, Implementation):
             (math.ceil(tq / BLOCK_M), batch * heads),
             (FLASH_THREADS,),
             (q, k, v, out, lse, np.int32(tq), np.int32(tk),
-             scalar_scale(scale, d), np.int32(causal)),
+             scalar_scale(scale, d), np.int32(causal),
+             np.int32(heads // k.shape[1]), np.int32(-1 if window is None else window)),
         )  # fmt: skip
         return out, lse

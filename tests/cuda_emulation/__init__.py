@@ -48,7 +48,7 @@ def build(directory: Path) -> ctypes.CDLL:
         raise RuntimeError(f"building the emulation failed: {' '.join(command)}\n{built.stderr}")
     lib = ctypes.CDLL(str(library))
     pointer, integer, real = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
-    lib.run_flash.argtypes = [ctypes.c_char_p, *[pointer] * 5, *[integer] * 3, real, integer]
+    lib.run_flash.argtypes = [ctypes.c_char_p, *[pointer] * 5, *[integer] * 3, real, *[integer] * 3]
     lib.run_flash.restype = integer
     lib.run_naive.argtypes = [*[pointer] * 5, *[integer] * 5, real, integer, integer]
     lib.run_naive.restype = None
@@ -95,8 +95,9 @@ class EmulatedKernels(Implementation):
     def dtype_name(self, native) -> str:
         return "bfloat16" if native.dtype == np.uint16 else str(native.dtype)
 
-    def check(self, q, k, v, *, causal, scale) -> str:
-        validate_inputs(q, k, v, causal=causal, scale=scale)
+    def check(self, q, k, v, *, causal, scale, **variant) -> str:
+        gqa = self.capabilities.gqa
+        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=gqa, **variant)
         dtype = self.dtype_name(q)
         if dtype not in self.capabilities.dtypes:
             raise TypeError(f"q.dtype={q.dtype}, but should be one of {self.capabilities.dtypes}")
@@ -110,11 +111,11 @@ class EmulatedCupyFlash(EmulatedKernels):
     source = "impls/cupy_flash.cu"
     capabilities = CupyFlash.capabilities
 
-    def attention(self, q, k, v, *, causal=True, scale=None):
-        return self.attention_and_lse(q, k, v, causal=causal, scale=scale)[0]
+    def attention(self, q, k, v, *, causal=True, scale=None, window=None):
+        return self.attention_and_lse(q, k, v, causal=causal, scale=scale, window=window)[0]
 
-    def attention_and_lse(self, q, k, v, *, causal=True, scale=None):
-        dtype = self.check(q, k, v, causal=causal, scale=scale)
+    def attention_and_lse(self, q, k, v, *, causal=True, scale=None, window=None):
+        dtype = self.check(q, k, v, causal=causal, scale=scale, window=window)
         batch, heads, tq, d = q.shape
         if d not in FLASH_HEAD_DIMS or v.shape[-1] != d:
             raise ValueError(f"D={d}, Dv={v.shape[-1]}: compiled for D = Dv in {FLASH_HEAD_DIMS}")
@@ -125,6 +126,7 @@ class EmulatedCupyFlash(EmulatedKernels):
             flash_entry_point(dtype, d).encode(),
             *map(_address, (q, k, v, out, lse)),
             batch * heads, tq, k.shape[-2], resolve_scale(scale, d), int(causal),
+            heads // k.shape[1], -1 if window is None else window,
         )  # fmt: skip
         if status != 0:
             raise ValueError(f"no flash kernel for dtype={dtype}, D={d}")

@@ -3,19 +3,20 @@
 
 #include "../../impls/cupy_flash.cu"
 
-#define RUN_IF(NAME, THREADS, ELEMENT)                                                       \
-    if (std::strcmp(name, #NAME) == 0) {                                                     \
-        launch(grid, THREADS, [&] {                                                          \
-            NAME(static_cast<const ELEMENT*>(q), static_cast<const ELEMENT*>(k),             \
-                 static_cast<const ELEMENT*>(v), static_cast<ELEMENT*>(o), lse, tq, tk,      \
-                 scale, causal);                                                             \
-        });                                                                                  \
-        return 0;                                                                            \
+#define RUN_IF(NAME, THREADS, ELEMENT)                                                  \
+    if (std::strcmp(name, #NAME) == 0) {                                                \
+        launch(grid, THREADS, [&] {                                                     \
+            NAME(static_cast<const ELEMENT*>(q), static_cast<const ELEMENT*>(k),        \
+                 static_cast<const ELEMENT*>(v), static_cast<ELEMENT*>(o), lse, tq, tk, \
+                 scale, causal, heads_per_kv, window);                                  \
+        });                                                                             \
+        return 0;                                                                       \
     }
 
 // Launches kernel `name` as impls/cupy_backend.py does; returns 1 for an unknown name.
 extern "C" int run_flash(const char* name, const void* q, const void* k, const void* v, void* o,
-                         float* lse, int batch_heads, int tq, int tk, float scale, int causal) {
+                         float* lse, int batch_heads, int tq, int tk, float scale, int causal,
+                         int heads_per_kv, int window) {
     const Index3 grid{unsigned((tq + BLOCK_M - 1) / BLOCK_M), unsigned(batch_heads), 1};
     RUN_IF(flash_f16_d32, TENSOR_CORE_THREADS, bits16)
     RUN_IF(flash_f16_d64, TENSOR_CORE_THREADS, bits16)
