@@ -8,8 +8,14 @@ import itertools
 import numpy as np
 import pytest
 
-from conformance.judge.assertions import assert_identical, assert_matches_oracle
+from conformance.judge.assertions import (
+    assert_identical,
+    assert_matches_oracle,
+    assert_within_budget,
+    fail,
+)
 from conformance.judge.harness import Case
+from conformance.judge.tolerance import compare_to_oracle
 from conformance.judge.truth import oracle_attention
 
 PADDED_CASES = [
@@ -136,3 +142,54 @@ def test_no_token_attends_across_a_sequence_boundary(subject, dtype, case):
             changed[..., rows, :],
             out[..., rows, :],
         )
+
+
+QUERY_PADDED_CASES = [
+    # a padded prefill: three prompts of 24, 9 and 1 tokens in a batch of 24 rows
+    Case(batch=3, heads=2, tq=24, head_dim=16, query_lengths=(24, 9, 1), key_lengths=(24, 9, 1)),
+    # chunks of 4, 1 and 3 new tokens after caches of 29, 10 and 0 keys
+    Case(
+        batch=3, heads=2, tq=4, tk=33, head_dim=32, query_lengths=(4, 1, 3), key_lengths=(33, 11, 3)
+    ),
+]
+QUERY_PADDED_IDS = ["prefill", "chunked"]
+
+
+def packed_rows(case: Case, *arrays):
+    """Each item's valid rows of (B, H, T, D) arrays laid end to end in a batch of one, (1, H, sum
+    of lengths, D), with the cu_seqlens of that packing: a padded batch is a packed one with
+    gaps. q and out take query lengths; k and v key lengths."""
+    queries = case.query_lengths
+    keys = case.key_lengths or (case.tk,) * case.batch
+    out_rows, q_rows, k_rows, v_rows = (
+        np.concatenate([x[b : b + 1, :, :n] for b, n in enumerate(lengths)], axis=-2)
+        for x, lengths in zip(arrays, (queries, queries, keys, keys), strict=True)
+    )
+    offsets = dict(
+        cu_seqlens_q=tuple(int(n) for n in np.cumsum((0, *queries))),
+        cu_seqlens_k=tuple(int(n) for n in np.cumsum((0, *keys))),
+    )
+    return out_rows, q_rows, k_rows, v_rows, offsets
+
+
+@pytest.mark.claim("PAD-KEYS")
+@pytest.mark.parametrize("case", QUERY_PADDED_CASES, ids=QUERY_PADDED_IDS)
+def test_padded_query_rows_hold_the_declared_convention(subject, dtype, case):
+    # Fresh allocations read as NaN: padded rows declared zero must have been written as zeros.
+    case = subject.fit(case.with_(dtype=dtype, poison_allocations=True))
+    q, k, v = subject.inputs(case)
+    out = subject.call(case, q, k, v)
+    rows, *packed, offsets = packed_rows(case, out, q, k, v)
+    comparison = compare_to_oracle(rows, *packed, dtype=case.dtype, causal=case.causal, **offsets)
+    assert_within_budget(subject, case, "out's rows within each item's query length", comparison)
+    convention = subject.client.capabilities.padded_query_rows
+    if convention == "zeros":
+        padding = np.concatenate([out[b, :, n:].ravel() for b, n in enumerate(case.query_lengths)])
+        if np.any(padding != 0):
+            fail(
+                subject,
+                case,
+                f"{int(np.sum(padding != 0))} of {padding.size} elements of the padded query rows "
+                f"are not 0 (first: {padding[padding != 0][0]!r}), but it declares "
+                "padded_query_rows='zeros'",
+            )

@@ -81,10 +81,19 @@ EXTENSIONS: dict[str, str] = {
     "key_lengths": "key_lengths=(L_0, ..., L_{B-1}): item b holds its first L_b keys, its query "
     "row i sits at position i + L_b - Tq (FlashAttention cache_seqlens), and the padding past "
     "L_b, whatever it holds, is never read",
+    "query_lengths": "query_lengths=(Lq_0, ..., Lq_{B-1}), with key lengths or without: item b's "
+    "first Lq_b query rows are its queries, row i at position i + L_b - Lq_b; the rows past Lq_b "
+    "are padding and hold what Capabilities.padded_query_rows declares (zeros, or unspecified)",
     "packed": "cu_seqlens_q=(0, ..., Tq), cu_seqlens_k=(0, ..., Tk): sequences packed along the "
     "token axis of a batch of one, sequence s holding query rows cu_seqlens_q[s] .. "
     "cu_seqlens_q[s+1] - 1 and the keys likewise, each attending to its own keys alone, "
     "bottom-right aligned (FlashAttention flash_attn_varlen_func)",
+}
+
+# What an implementation taking query_lengths leaves in the padded query rows.
+PADDED_QUERY_ROWS = {
+    "zeros": "rows past an item's query length are 0 (FlashAttention's padded outputs)",
+    "unspecified": "rows past an item's query length hold anything and are not compared",
 }
 
 # How inputs may arrive: views into other arrays, as a model's projections hand them over.
@@ -115,6 +124,8 @@ class Capabilities:
     gqa: bool = False
     window: bool = False
     key_lengths: bool = False
+    query_lengths: bool = False
+    padded_query_rows: str = "unspecified"  # what padded query rows hold: PADDED_QUERY_ROWS
     packed: bool = False
     # LAYOUTS it computes right; one left out must compute right or raise a clear error
     layouts: tuple[str, ...] = ("contiguous",)
@@ -135,6 +146,11 @@ class Capabilities:
                     f"Capabilities.conventions {name}={value!r}, but should be one of "
                     + ", ".join(CONVENTIONS[name])
                 )
+        if self.padded_query_rows not in PADDED_QUERY_ROWS:
+            raise ValueError(
+                f"Capabilities.padded_query_rows={self.padded_query_rows!r}, but should be one of "
+                + ", ".join(PADDED_QUERY_ROWS)
+            )
         unknown = [layout for layout in self.layouts if layout not in LAYOUTS]
         if unknown or "contiguous" not in self.layouts:
             raise ValueError(
@@ -162,6 +178,7 @@ class Capabilities:
                 ("gqa", self.gqa),
                 ("window", self.window),
                 ("key lengths", self.key_lengths),
+                ("query lengths", self.query_lengths),
                 ("packed", self.packed),
             )
             if on
@@ -303,6 +320,7 @@ def validate_inputs(
     gqa: bool = False,
     window: int | None = None,
     key_lengths=None,
+    query_lengths=None,
     cu_seqlens_q=None,
     cu_seqlens_k=None,
 ) -> None:
@@ -339,8 +357,10 @@ def validate_inputs(
     packed = cu_seqlens_q is not None or cu_seqlens_k is not None
     if packed:
         validate_packed(cu_seqlens_q, cu_seqlens_k, batch=bq, tq=tq, tk=tk, causal=causal)
-        if key_lengths is not None:
-            raise AttentionInputError("key_lengths with packed sequences: give one or the other")
+        if key_lengths is not None or query_lengths is not None:
+            raise AttentionInputError(
+                "key_lengths or query_lengths with packed sequences: give one form or the other"
+            )
     if causal and tq > tk and not packed:
         raise AttentionInputError(
             f"causal attention with Tq={tq} > Tk={tk}: bottom-right alignment leaves the first "
@@ -355,8 +375,8 @@ def validate_inputs(
             raise AttentionInputError(f"scale={scale!r}, but should be finite")
     if window is not None:
         validate_window(window, causal=causal)
-    if key_lengths is not None:
-        validate_key_lengths(key_lengths, batch=bq, tq=tq, tk=tk, causal=causal)
+    if key_lengths is not None or query_lengths is not None:
+        validate_lengths(key_lengths, query_lengths, batch=bq, tq=tq, tk=tk, causal=causal)
 
 
 def validate_packed(cu_seqlens_q, cu_seqlens_k, *, batch: int, tq: int, tk: int, causal: bool):
@@ -403,17 +423,33 @@ def validate_window(window, *, causal: bool) -> None:
         )
 
 
-def validate_key_lengths(key_lengths, *, batch: int, tq: int, tk: int, causal: bool) -> None:
-    lengths = np.asarray(key_lengths)
-    if lengths.shape != (batch,) or not np.issubdtype(lengths.dtype, np.integer):
+def validate_lengths(key_lengths, query_lengths, *, batch: int, tq: int, tk: int, causal: bool):
+    """Per-item key and query lengths: one integer per batch item, 1 <= Lq_b <= Tq, 1 <= L_b <= Tk,
+    and causal rows that all see a key (L_b >= Lq_b, Lq_b = Tq without query lengths)."""
+    given = {}
+    for label, lengths, total in (
+        ("key_lengths", key_lengths, tk),
+        ("query_lengths", query_lengths, tq),
+    ):
+        if lengths is None:
+            given[label] = np.full(batch, total)
+            continue
+        array = np.asarray(lengths)
+        if array.shape != (batch,) or not np.issubdtype(array.dtype, np.integer):
+            raise AttentionInputError(
+                f"{label}={lengths!r}, but should be {batch} integers, one per batch item"
+            )
+        if array.min() < 1 or array.max() > total:
+            raise AttentionInputError(
+                f"{label}={array.tolist()}, but each should be between 1 and {total}"
+            )
+        given[label] = array
+    keys, queries = given["key_lengths"], given["query_lengths"]
+    if causal and np.any(keys < queries):
+        b = int(np.argmax(keys < queries))
         raise AttentionInputError(
-            f"key_lengths={key_lengths!r}, but should be {batch} integers, one per batch item"
-        )
-    shortest = tq if causal else 1
-    if lengths.min() < shortest or lengths.max() > tk:
-        raise AttentionInputError(
-            f"key_lengths={lengths.tolist()}, but each should be between {shortest} and Tk={tk}"
-            + (f": a length below Tq={tq} leaves causal query rows with no key" if causal else "")
+            f"batch item {b} has {queries[b]} queries but {keys[b]} keys: causal bottom-right "
+            "alignment leaves its first queries with no key"
         )
 
 
@@ -432,6 +468,10 @@ class PlainCallable(NumpyArrays, Implementation):
             gqa="enable_gqa" in accepted,
             window="window" in accepted,
             key_lengths="key_lengths" in accepted,
+            query_lengths="query_lengths" in accepted,
+            # its padded query rows: an attribute, as in fn.padded_query_rows = "zeros"
+            padded_query_rows=getattr(fn, "padded_query_rows", "unspecified"),
+            layouts=tuple(getattr(fn, "layouts", ("contiguous",))),  # as fn.layouts = (...)
             packed="cu_seqlens_q" in accepted and "cu_seqlens_k" in accepted,
         )
 
@@ -474,6 +514,7 @@ __all__ = [
     "DTYPES",
     "EXTENSIONS",
     "LAYOUTS",
+    "PADDED_QUERY_ROWS",
     "PLAIN_SIGNATURE",
     "RAISES_ON_ALL",
     "AttentionInputError",

@@ -20,7 +20,7 @@ from impls.contract import (
     validate_inputs,
 )
 from impls.jax_arrays import JaxArrays, _jax
-from spec.formula import per_sequence, visible_keys
+from spec.formula import padded_items, per_sequence, visible_keys
 
 
 class JaxDotProductAttention(JaxArrays, Implementation):
@@ -35,6 +35,8 @@ class JaxDotProductAttention(JaxArrays, Implementation):
         gqa=True,
         window=True,
         key_lengths=True,
+        query_lengths=True,
+        padded_query_rows="zeros",
         packed=True,
         layouts=tuple(LAYOUTS),
     )
@@ -46,6 +48,19 @@ class JaxDotProductAttention(JaxArrays, Implementation):
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
         self.check_dtypes(q, k, v)
         jnp = _jax().numpy
+        if packing.get("query_lengths") is not None:
+            return padded_items(
+                self.attention,
+                q,
+                k,
+                v,
+                causal=causal,
+                scale=scale,
+                **variant,
+                **packing,
+                stack=lambda parts, axis: jnp.concatenate(parts, axis=axis),
+                zeros=lambda shape, like: jnp.zeros(shape, dtype=like.dtype),
+            )
         if packing.get("cu_seqlens_q") is not None:
             return per_sequence(
                 self.attention,

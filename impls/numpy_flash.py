@@ -32,7 +32,7 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
-from spec.formula import per_sequence
+from spec.formula import padded_items, per_sequence
 
 BLOCK_M = 64  # query rows per block: 4 warps x 16 rows in the tensor-core kernel
 BLOCK_N = 64  # keys per tile streamed through shared memory
@@ -100,6 +100,8 @@ class NumpyFlash(NumpyArrays, Implementation):
         gqa=True,
         window=True,
         key_lengths=True,
+        query_lengths=True,
+        padded_query_rows="zeros",
         packed=True,
         layouts=tuple(LAYOUTS),
     )
@@ -108,6 +110,11 @@ class NumpyFlash(NumpyArrays, Implementation):
         if variant.get("cu_seqlens_q") is not None:
             validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant)
             return per_sequence(
+                self.attention, q, k, v, causal=causal, scale=scale, window=window, **variant
+            )
+        if variant.get("query_lengths") is not None:
+            validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant)
+            return padded_items(
                 self.attention, q, k, v, causal=causal, scale=scale, window=window, **variant
             )
         return self.attention_and_lse(

@@ -13,7 +13,7 @@ from impls.contract import (
     NumpyArrays,
     validate_inputs,
 )
-from spec.formula import reference_attention, reference_weights
+from spec.formula import padded_items, reference_attention, reference_weights
 
 
 class NumpyReference(NumpyArrays, Implementation):
@@ -25,14 +25,19 @@ class NumpyReference(NumpyArrays, Implementation):
         gqa=True,
         window=True,
         key_lengths=True,
+        query_lengths=True,
+        padded_query_rows="zeros",
         packed=True,
         layouts=tuple(LAYOUTS),
     )
 
-    def attention(self, q, k, v, *, causal=True, scale=None, window=None, **packing):
-        variant = dict(window=window, **packing)
-        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant)
-        return reference_attention(q, k, v, causal=causal, scale=scale, **variant)
+    def attention(self, q, k, v, *, causal=True, scale=None, window=None, **lengths):
+        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, window=window, **lengths)
+        if lengths.get("query_lengths") is not None:
+            return padded_items(
+                self.attention, q, k, v, causal=causal, scale=scale, window=window, **lengths
+            )
+        return reference_attention(q, k, v, causal=causal, scale=scale, window=window, **lengths)
 
     def attention_weights(self, q, k, *, causal=True, scale=None):
         validate_inputs(q, k, k, causal=causal, scale=scale)

@@ -38,7 +38,7 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
-from spec.formula import per_sequence, repeat_kv_heads
+from spec.formula import padded_items, per_sequence, repeat_kv_heads
 
 try:
     from threadpoolctl import ThreadpoolController
@@ -79,12 +79,24 @@ class NumpyVectorised(NumpyArrays, Implementation):
         gqa=True,
         window=True,
         key_lengths=True,
+        query_lengths=True,
+        padded_query_rows="zeros",
         packed=True,
         layouts=tuple(LAYOUTS),  # reshape copies what is not contiguous
     )
 
     def attention(
-        self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **packing
+        self,
+        q,
+        k,
+        v,
+        *,
+        causal=True,
+        scale=None,
+        window=None,
+        key_lengths=None,
+        query_lengths=None,
+        **packing,
     ):
         validate_inputs(
             q,
@@ -95,10 +107,23 @@ class NumpyVectorised(NumpyArrays, Implementation):
             gqa=True,
             window=window,
             key_lengths=key_lengths,
+            query_lengths=query_lengths,
             **packing,
         )
         if q.dtype not in (np.float32, np.float64):
             raise TypeError(f"q.dtype={q.dtype}, but should be float32 or float64 [{self.name}]")
+        if query_lengths is not None:
+            return padded_items(
+                self.attention,
+                q,
+                k,
+                v,
+                query_lengths=query_lengths,
+                key_lengths=key_lengths,
+                causal=causal,
+                scale=scale,
+                window=window,
+            )
         if packing.get("cu_seqlens_q") is not None:
             return per_sequence(
                 self.attention, q, k, v, causal=causal, scale=scale, window=window, **packing

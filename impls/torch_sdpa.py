@@ -14,7 +14,7 @@ from impls.contract import (
     validate_inputs,
 )
 from impls.torch_arrays import TorchArrays, bottom_right_mask, padding_zeroed, torch, visible_mask
-from spec.formula import per_sequence
+from spec.formula import padded_items, per_sequence
 
 
 class TorchSdpa(TorchArrays, Implementation):
@@ -40,6 +40,8 @@ class TorchSdpa(TorchArrays, Implementation):
         gqa=True,
         window=True,
         key_lengths=True,
+        query_lengths=True,
+        padded_query_rows="zeros",
         packed=True,
         layouts=tuple(LAYOUTS),
     )
@@ -53,6 +55,19 @@ class TorchSdpa(TorchArrays, Implementation):
     ):
         variant = dict(window=window, key_lengths=key_lengths)
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
+        if packing.get("query_lengths") is not None:
+            return padded_items(
+                self.attention,
+                q,
+                k,
+                v,
+                causal=causal,
+                scale=scale,
+                **variant,
+                **packing,
+                stack=lambda parts, axis: torch.cat(parts, dim=axis),
+                zeros=lambda shape, like: torch.zeros(shape, dtype=like.dtype, device=like.device),
+            )
         if packing.get("cu_seqlens_q") is not None:
             return per_sequence(
                 self.attention,

@@ -139,6 +139,24 @@ def per_sequence(
     )
 
 
+def padded_items(
+    attend, q, k, v, *, query_lengths, key_lengths=None, stack=np.concatenate, zeros=None, **options
+):
+    """``attend`` on each batch item's first Lq_b queries and first L_b keys alone, the rows past
+    Lq_b (padding) filled by ``zeros(shape, like)``, the items stacked again along the batch axis
+    (``stack`` and ``zeros`` are NumPy's unless another library's are given)."""
+    zeros = zeros or (lambda shape, like: np.zeros(shape, dtype=like.dtype))
+    key_lengths = [k.shape[-2]] * q.shape[0] if key_lengths is None else key_lengths
+    items = []
+    for b, (queries, keys) in enumerate(zip(query_lengths, key_lengths, strict=True)):
+        rows = attend(
+            q[b : b + 1, :, :queries], k[b : b + 1, :, :keys], v[b : b + 1, :, :keys], **options
+        )
+        padding = zeros((1, q.shape[1], q.shape[-2] - queries, v.shape[-1]), rows)
+        items.append(stack([rows, padding], -2))
+    return stack(items, 0)
+
+
 def unread_padding_zeroed(v: np.ndarray, *, key_lengths=None, **_) -> np.ndarray:
     """v with the padding past each item's key length set to 0: no row reads it, and a NaN there
     must not reach a row through a weight of 0 (0 * NaN is NaN)."""

@@ -38,6 +38,7 @@ class Case:
     kv_heads: int | None = None  # None: same as heads; fewer is grouped-query attention
     window: int | None = None
     key_lengths: tuple[int, ...] | None = None
+    query_lengths: tuple[int, ...] | None = None
     cu_seqlens_q: tuple[int, ...] | None = None  # packed sequences: a batch of one
     cu_seqlens_k: tuple[int, ...] | None = None
     layout: str = "contiguous"  # how the worker lays the inputs out (impls.contract.LAYOUTS)
@@ -74,6 +75,7 @@ class Case:
             for name, value in (
                 ("window", self.window),
                 ("key_lengths", self.key_lengths),
+                ("query_lengths", self.query_lengths),
                 ("cu_seqlens_q", self.cu_seqlens_q),
                 ("cu_seqlens_k", self.cu_seqlens_k),
             )
@@ -98,6 +100,7 @@ class Case:
                 ("Hkv", self.kv_heads, self.heads),
                 ("window", self.window, None),
                 ("key_lengths", self.key_lengths, None),
+                ("query_lengths", self.query_lengths, None),
                 ("cu_seqlens_q", self.cu_seqlens_q, None),
                 ("cu_seqlens_k", self.cu_seqlens_k, None),
                 ("layout", self.layout, "contiguous"),
@@ -200,6 +203,7 @@ class Subject:
                 ("gqa (fewer k/v heads than q heads)", case.kv_heads != case.heads, caps.gqa),
                 ("window", case.window is not None, caps.window),
                 ("key_lengths", case.key_lengths is not None, caps.key_lengths),
+                ("query_lengths", case.query_lengths is not None, caps.query_lengths),
                 ("packed sequences", case.cu_seqlens_q is not None, caps.packed),
             )
             if needed and not declared

@@ -12,6 +12,7 @@ import itertools
 
 import numpy as np
 
+from impls.contract import LAYOUTS, resolve_scale
 from spec.formula import visible_keys
 from tests.zoo import correct_variant, mutant
 from tests.zoo.formula import attend_extended, scores_of, softmax
@@ -202,6 +203,82 @@ def key_lengths_top_left(q, k, v, *, causal=True, scale=None, key_lengths=None):
     )
 
 
+@mutant("padding", "PAD-KEYS")
+def padded_query_rows_left_unwritten(
+    q, k, v, *, causal=True, scale=None, key_lengths=None, query_lengths=None
+):
+    """Declares zero padded query rows but writes only each item's valid rows into a fresh
+    output: the padding keeps what the allocation held (the previous call's rows, or zeros by
+    luck)."""
+    if query_lengths is None:
+        return attend_extended(q, k, v, causal=causal, scale=scale, key_lengths=key_lengths)
+    out = np.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)  # (B, H, Tq, Dv)
+    keys = key_lengths or [k.shape[-2]] * q.shape[0]
+    for b, (n, m) in enumerate(zip(query_lengths, keys, strict=True)):
+        out[b : b + 1, :, :n] = attend_extended(
+            q[b : b + 1, :, :n],
+            k[b : b + 1, :, :m],
+            v[b : b + 1, :, :m],
+            causal=causal,
+            scale=scale,
+        )
+    return out
+
+
+padded_query_rows_left_unwritten.padded_query_rows = "zeros"
+
+
+@mutant("padding", "PAD-KEYS")
+def query_rows_at_padded_offset(
+    q, k, v, *, causal=True, scale=None, key_lengths=None, query_lengths=None
+):
+    """Places item b's query row i at position i + L_b - Tq, the padded query length's offset,
+    instead of i + L_b - Lq_b (a row the wrong offset leaves keyless keeps key 0): its valid rows
+    see too few keys."""
+    keys = key_lengths or [k.shape[-2]] * q.shape[0]
+    out = np.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)  # (B, H, Tq, Dv)
+    rows = np.arange(q.shape[-2])[:, None]
+    for b, m in enumerate(keys):
+        visible = None
+        if causal:
+            visible = np.arange(m)[None, :] <= rows + m - q.shape[-2]  # (Tq, L_b)
+            visible[:, 0] = True
+        item = slice(b, b + 1)
+        out[item] = attend_extended(
+            q[item], k[item, :, :m], v[item, :, :m], causal=causal, scale=scale, visible=visible
+        )
+    return out
+
+
+query_rows_at_padded_offset.padded_query_rows = "unspecified"
+
+
+@correct_variant
+def padded_batch_as_packed(
+    q, k, v, *, causal=True, scale=None, key_lengths=None, query_lengths=None
+):
+    """Lays each item's valid queries and keys end to end, attends them as packed sequences under
+    one block-diagonal mask, and scatters the rows back; padded query rows are zeros."""
+    queries = query_lengths or [q.shape[-2]] * q.shape[0]
+    keys = key_lengths or [k.shape[-2]] * q.shape[0]
+
+    def pack(x, lengths):  # (B, H, T, D) -> (1, H, sum of lengths, D)
+        return np.concatenate([x[b : b + 1, :, :n] for b, n in enumerate(lengths)], axis=-2)
+
+    cu_q, cu_k = np.cumsum([0, *queries]), np.cumsum([0, *keys])
+    visible = packed_mask(int(cu_q[-1]), int(cu_k[-1]), cu_q, cu_k, causal=causal)
+    rows = attend_extended(
+        pack(q, queries), pack(k, keys), pack(v, keys), causal=causal, scale=scale, visible=visible
+    )
+    out = np.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)  # (B, H, Tq, Dv)
+    for b, n in enumerate(queries):
+        out[b, :, :n] = rows[0, :, cu_q[b] : cu_q[b] + n]
+    return out
+
+
+padded_batch_as_packed.padded_query_rows = "zeros"
+
+
 @correct_variant
 def padding_items_sliced(q, k, v, *, causal=True, scale=None, key_lengths=None):
     """Computes each batch item on its first L_b keys alone: the padding is never even read."""
@@ -313,6 +390,20 @@ def row_pitch_from_head_dim(q, k, v, *, causal=True, scale=None):
     return attend_extended(q, k, v, causal=causal, scale=scale)
 
 
+@correct_variant
+def einsum_on_views(q, k, v, *, causal=True, scale=None):
+    """Computes scores and output with np.einsum straight on the views it is given, transposed,
+    sliced, gapped or broadcast, never copying them to dense arrays; declares every layout."""
+    d = q.shape[-1]
+    scores = np.einsum("bhid,bhjd->bhij", q, k) * q.dtype.type(resolve_scale(scale, d))
+    visible = visible_keys(q.shape[-2], k.shape[-2], causal=causal)
+    weights = softmax(np.where(visible, scores, -np.inf))
+    return np.einsum("bhij,bhjd->bhid", weights, v).astype(q.dtype)
+
+
+einsum_on_views.layouts = tuple(LAYOUTS)
+
+
 # --- memory that was never written -------------------------------------------------------------
 
 
@@ -340,6 +431,17 @@ def last_head_unwritten(q, k, v, *, causal=True, scale=None):
     full = attend_extended(q, k, v, causal=causal, scale=scale)
     pairs = out.reshape(-1, *out.shape[-2:])  # (B*H, Tq, Dv), a view
     pairs[: len(pairs) - 1] = full.reshape(-1, *full.shape[-2:])[: len(pairs) - 1]
+    return out
+
+
+@correct_variant
+def output_written_tile_by_tile(q, k, v, *, causal=True, scale=None):
+    """Allocates its output uninitialised and writes it in tiles of 64 query rows, the partial
+    last tile included (ceil, not floor): every element written."""
+    out = np.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)  # (B, H, Tq, Dv)
+    full = attend_extended(q, k, v, causal=causal, scale=scale)
+    for start in range(0, q.shape[-2], 64):
+        out[..., start : start + 64, :] = full[..., start : start + 64, :]
     return out
 
 
