@@ -185,8 +185,12 @@ class Capabilities:
         ]
         dims = "any D" if self.head_dims is None else "D in " + ",".join(map(str, self.head_dims))
         text = f"{'/'.join(self.dtypes)}; {', '.join(flags) or 'causal only'}; {dims}"
-        if self.layouts != ("contiguous",):
+        if set(self.layouts) == set(LAYOUTS):
+            text += "; every layout"
+        elif self.layouts != ("contiguous",):
             text += "; layouts " + ",".join(self.layouts)
+        if self.query_lengths:
+            text += f"; padded query rows {self.padded_query_rows}"
         if self.conventions == RAISES_ON_ALL:
             return text + "; raises on every convention"
         if self.conventions:
