@@ -27,9 +27,9 @@ MULTI_QUERY_IDS = ["square", "decode"]
 def repeated_heads(case: Case, kv: np.ndarray, mapping: str) -> np.ndarray:
     """``kv`` (B, Hkv, T, D) as (B, Hq, T, D): query head h reading head h // g (the convention)
     or h % Hkv (the mistake it is told apart from)."""
-    group = case.heads // case.kv_heads
+    group = case.heads // case.key_value_heads
     heads = np.arange(case.heads)
-    source = heads // group if mapping == "h // g" else heads % case.kv_heads
+    source = heads // group if mapping == "h // g" else heads % case.key_value_heads
     return kv[:, source]
 
 
@@ -44,7 +44,7 @@ def assert_grouped_heads(subject: Subject, case: Case) -> None:
     comparison = compare_to_oracle(
         out, q, k, v, dtype=case.dtype, causal=case.causal, scale=case.scale, truth=truth
     )
-    if not comparison.ok and case.kv_heads > 1:
+    if not comparison.ok and case.key_value_heads > 1:
         modulo = compare_to_oracle(
             out,
             q,
@@ -57,7 +57,7 @@ def assert_grouped_heads(subject: Subject, case: Case) -> None:
                 subject,
                 case,
                 f"query head h reads key/value head h % Hkv, but should read h // g "
-                f"(g = {case.heads // case.kv_heads}): {comparison.describe()}",
+                f"(g = {case.heads // case.key_value_heads}): {comparison.describe()}",
             )
     assert_matches_oracle(subject, case, out, q, k, v, truth=truth)
 

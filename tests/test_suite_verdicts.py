@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+
+from spec import load_catalogue
 
 PLANTED = "tests.planted.plain"
 MUTANTS = "tests.zoo.mutants"
@@ -108,3 +112,35 @@ def test_implementations_are_judged_on_the_same_inputs(suite, tmp_path):
     )
     assert len(first) > 50
     assert first == second
+
+
+# Claims whose tests need autograd, which neither implementation below declares.
+NEED_AUTOGRAD = {"OUT-GRAD", "MASK-GRAD"}
+
+
+@pytest.mark.parametrize(
+    ("selector", "undeclared_extensions"),
+    [
+        ("numpy_reference", False),  # declares every capability but autograd
+        (f"{PLANTED}:correct", True),  # a plain callable: the document's claims, no extension
+    ],
+)
+def test_every_claim_an_implementation_declares_is_checked(
+    suite, tmp_path, selector, undeclared_extensions
+):
+    """A claim left not checked on an implementation that declares what it needs is a test that
+    skips where it should run (a Case that asks for more than it means to)."""
+    path = tmp_path / "report.json"
+    run = suite("--impl", selector, "-n", "2", "--report-json", str(path), "-q")
+    assert run.returncode == 0, run.stdout[-3000:]
+    (subject,) = [s for s in json.loads(path.read_text())["subjects"] if s["selector"]]
+    catalogue = load_catalogue()
+    excused = set(NEED_AUTOGRAD)
+    if undeclared_extensions:
+        excused |= {c.id for c in catalogue if c.is_extension and c.capability != "none"}
+    unchecked = {
+        claim: entry["skip_reasons"]
+        for claim, entry in subject["claims"].items()
+        if entry["verdict"] == "not checked" and claim not in excused
+    }
+    assert not unchecked, f"claims {selector} declares but were not checked: {unchecked}"

@@ -35,7 +35,9 @@ class Case:
     dtype: str = "float32"
     causal: bool = True
     scale: float | None = None
-    kv_heads: int | None = None  # None: same as heads; fewer is grouped-query attention
+    # k's and v's heads; None: as many as q's, whatever with_(heads=...) makes that (fewer is
+    # grouped-query attention)
+    kv_heads: int | None = None
     window: int | None = None
     key_lengths: tuple[int, ...] | None = None
     query_lengths: tuple[int, ...] | None = None
@@ -49,8 +51,6 @@ class Case:
             object.__setattr__(self, "tk", self.tq)
         if self.value_dim is None:
             object.__setattr__(self, "value_dim", self.head_dim)
-        if self.kv_heads is None:
-            object.__setattr__(self, "kv_heads", self.heads)
 
     def with_(self, **changes) -> Case:
         return replace(self, **changes)
@@ -60,12 +60,16 @@ class Case:
         return (self.batch, self.heads, self.tq, self.head_dim)
 
     @property
+    def key_value_heads(self) -> int:
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    @property
     def k_shape(self) -> tuple[int, int, int, int]:
-        return (self.batch, self.kv_heads, self.tk, self.head_dim)
+        return (self.batch, self.key_value_heads, self.tk, self.head_dim)
 
     @property
     def v_shape(self) -> tuple[int, int, int, int]:
-        return (self.batch, self.kv_heads, self.tk, self.value_dim)
+        return (self.batch, self.key_value_heads, self.tk, self.value_dim)
 
     @property
     def variant(self) -> dict:
@@ -97,7 +101,7 @@ class Case:
         extras = "".join(
             f" {name}={value}"
             for name, value, default in (
-                ("Hkv", self.kv_heads, self.heads),
+                ("Hkv", self.key_value_heads, self.heads),
                 ("window", self.window, None),
                 ("key_lengths", self.key_lengths, None),
                 ("query_lengths", self.query_lengths, None),
@@ -200,7 +204,11 @@ class Subject:
                 ("Dv != D", case.value_dim != case.head_dim, caps.distinct_value_dim),
                 ("attention weights", weights, caps.exposes_weights),
                 ("autograd", autograd, caps.autograd),
-                ("gqa (fewer k/v heads than q heads)", case.kv_heads != case.heads, caps.gqa),
+                (
+                    "gqa (fewer k/v heads than q heads)",
+                    case.key_value_heads != case.heads,
+                    caps.gqa,
+                ),
                 ("window", case.window is not None, caps.window),
                 ("key_lengths", case.key_lengths is not None, caps.key_lengths),
                 ("query_lengths", case.query_lengths is not None, caps.query_lengths),
