@@ -109,6 +109,15 @@ def _write_reports(run: Run, session: pytest.Session) -> None:
     write_reports(run.ledger, run.selection, run.settings, session.exitstatus)
 
 
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    run = config.stash.get(RUN_KEY, None)
+    if run is not None and run.owns_truth and run.ledger.records:
+        terminalreporter.write_line(
+            f"attnspec: float64 truth: {TRUTH.entries()} entries, each computed once and shared "
+            f"by the {len(run.selection)} implementation(s) judged"
+        )
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     run = config.stash.get(RUN_KEY, None)
     for selected in run.selection if run else ():

@@ -1,14 +1,17 @@
 """The suite's own cost: the default conformance run (every built-in that can run on this
-machine's CPU) must finish within 3 minutes on 2 cores, or kernel authors stop running it."""
+machine's CPU) must finish within 3 minutes on 2 cores, or kernel authors stop running it; and
+judging more implementations must not compute the float64 truth again for each."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
 from perf.measure import require_timing
 from tests.suite_process import run_suite
+from tests.zoo import load_members
 
 pytestmark = pytest.mark.perf
 
@@ -45,4 +48,50 @@ def test_default_cpu_run_finishes_within_three_minutes(perf_table):
         f"the default CPU run took {seconds:.0f} s on {WORKERS} workers, but should finish within "
         f"{MAX_SECONDS:.0f} s",
         perf_table,
+    )
+
+
+# Implementations judged on the same cases: numpy and plain callables of the zoo's correct
+# variants, all float64 and float32 (a built-in with other dtypes would bring cases of its own).
+CORRECT_VARIANTS = [member.selector for member in load_members().values() if member.correct]
+SCALING_SELECTION = ["numpy", *CORRECT_VARIANTS[:12]]
+SCALING_COUNTS = (1, 5, 13)
+SCALING_CLAIMS = "OUT-FORMULA,MASK-PREFIX,OUT-CONVEX"
+TRUTH_LINE = re.compile(r"attnspec: float64 truth: (\d+) entries")
+
+
+def test_the_truth_does_not_grow_with_the_implementations_judged(perf_table):
+    """With the truth shared, judging more implementations on the same cases adds their own
+    calls and comparisons, not another float64 oracle per implementation: the run's truth entries
+    stay as many (checked), and the marginal seconds per implementation are printed (timings
+    report, they decide nothing)."""
+    assert len(SCALING_SELECTION) == max(SCALING_COUNTS)
+    seconds, entries = {}, {}
+    for count in SCALING_COUNTS:
+        started = time.perf_counter()
+        run = run_suite(
+            "--impl", ",".join(SCALING_SELECTION[:count]), "--claims", SCALING_CLAIMS,
+            "-n", str(WORKERS), "-q", timeout=4 * MAX_SECONDS,
+        )  # fmt: skip
+        seconds[count] = time.perf_counter() - started
+        assert run.returncode == 0, run.stdout[-3000:]
+        found = TRUTH_LINE.search(run.stdout)
+        assert found, f"no truth summary in the run's output:\n{run.stdout[-2000:]}"
+        entries[count] = int(found.group(1))
+    few, many = SCALING_COUNTS[1], SCALING_COUNTS[-1]
+    marginal = (seconds[many] - seconds[few]) / (many - few)
+    for count in SCALING_COUNTS:
+        perf_table.append(
+            (
+                "suite cost",
+                f"{count} implementation(s)",
+                f"--claims {SCALING_CLAIMS}",
+                f"{seconds[count]:.1f} s",
+                f"{entries[count]} truth entries",
+                f"marginal {marginal:.1f} s per implementation" if count == many else "",
+            )
+        )
+    assert len(set(entries.values())) == 1, (
+        f"truth entries by implementations judged: {entries}; they should not grow, since every "
+        "implementation is judged on the same cases"
     )

@@ -58,6 +58,10 @@ class TruthCache:
         self._write(path, value)
         return value
 
+    def entries(self) -> int:
+        """How many truths the run's processes have stored: each computed once, then shared."""
+        return len(list(self.directory.glob("*.npy"))) if self.directory else 0
+
     def _read(self, path: Path) -> np.ndarray | None:
         try:
             data = path.read_bytes()
