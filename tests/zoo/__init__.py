@@ -41,6 +41,8 @@ class Member:
     family: str | None = None  # mutants only
     caught_by: str | None = None  # the claim whose tests this bug breaks, mutants only
     hidden_at_easy_shape: bool = False  # output within budget at EASY_SHAPE (test_zoo checks it)
+    # reads memory it never wrote: which claims besides caught_by fail varies from run to run
+    reads_fresh_memory: bool = False
 
     @property
     def selector(self) -> str:
@@ -75,7 +77,13 @@ def _register(member: Member) -> None:
     MEMBERS[member.name] = member
 
 
-def mutant(family: str, caught_by: str, *, hidden_at_easy_shape: bool = False):
+def mutant(
+    family: str,
+    caught_by: str,
+    *,
+    hidden_at_easy_shape: bool = False,
+    reads_fresh_memory: bool = False,
+):
     """Register a broken implementation: which family of bug, and the claim expected to catch it."""
     if family not in FAMILIES:
         raise ValueError(f"family={family!r}, but should be one of {FAMILIES}")
@@ -83,7 +91,16 @@ def mutant(family: str, caught_by: str, *, hidden_at_easy_shape: bool = False):
     def register(fn: Callable) -> Callable:
         fn = _validating(fn)
         _register(
-            Member(fn.__name__, fn.__module__, fn, False, family, caught_by, hidden_at_easy_shape)
+            Member(
+                fn.__name__,
+                fn.__module__,
+                fn,
+                False,
+                family,
+                caught_by,
+                hidden_at_easy_shape,
+                reads_fresh_memory,
+            )
         )
         return fn
 

@@ -203,7 +203,7 @@ def key_lengths_top_left(q, k, v, *, causal=True, scale=None, key_lengths=None):
     )
 
 
-@mutant("padding", "PAD-KEYS")
+@mutant("padding", "PAD-KEYS", reads_fresh_memory=True)
 def padded_query_rows_left_unwritten(
     q, k, v, *, causal=True, scale=None, key_lengths=None, query_lengths=None
 ):
@@ -414,7 +414,7 @@ def rows_into(out: np.ndarray, q, k, v, rows: range, *, causal, scale) -> np.nda
     return out
 
 
-@mutant("memory", "OUT-WRITTEN")
+@mutant("memory", "OUT-WRITTEN", reads_fresh_memory=True)
 def last_partial_tile_unwritten(q, k, v, *, causal=True, scale=None):
     """Launches Tq // 64 row tiles (floor where ceil belongs): the rows of a last, partial tile
     keep whatever the freshly allocated output held, often the previous call's right answer."""
@@ -423,7 +423,7 @@ def last_partial_tile_unwritten(q, k, v, *, causal=True, scale=None):
     return rows_into(out, q, k, v, range(min(64 * tiles, q.shape[-2])), causal=causal, scale=scale)
 
 
-@mutant("memory", "OUT-WRITTEN")
+@mutant("memory", "OUT-WRITTEN", reads_fresh_memory=True)
 def last_head_unwritten(q, k, v, *, causal=True, scale=None):
     """Launches B * H - 1 (batch, head) programs, an off-by-one in the grid: the last head of the
     last item keeps what its freshly allocated memory held."""

@@ -148,6 +148,18 @@ def text_matrix(run: ZooRun) -> str:
     return "\n".join(header + lines + ["", "columns: " + ", ".join(legend), score])
 
 
+def rejected_by(verdict: Verdict) -> str:
+    """The claims that rejected a mutant, for the README. A mutant that reads memory it never
+    wrote shows only the claim its bug breaks: what that memory holds (zeros, garbage, another
+    call's answer) decides which other claims fail, and it differs from run to run."""
+    if verdict.member.reads_fresh_memory:
+        return f"{verdict.member.caught_by}, and others as fresh memory happens to hold"
+    return ", ".join(
+        [*sorted(verdict.failed_must)]
+        + [f"{claim} (SHOULD)" for claim in sorted(verdict.failed_should)]
+    )
+
+
 def markdown_matrix(run: ZooRun) -> str:
     """The README's table: one row per mutant, the claims whose tests rejected it (a SHOULD
     claim marked so: it rejects under --fail-on-should)."""
@@ -157,12 +169,7 @@ def markdown_matrix(run: ZooRun) -> str:
             f"`{verdict.member.name}`",
             verdict.member.family,
             "yes" if verdict.member.hidden_at_easy_shape else "",
-            ", ".join(
-                [*sorted(verdict.failed_must)]
-                + [f"{claim} (SHOULD)" for claim in sorted(verdict.failed_should)]
-            )
-            if verdict.rejected
-            else "**survived**",
+            rejected_by(verdict) if verdict.rejected else "**survived**",
         )
         for verdict in run.mutants
     ]
