@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from spec.dtypes import DTYPES, check_dtype, numpy_storage
-from spec.formula import causal_mask, resolve_scale  # the contract's mask and scale
+from spec.formula import causal_mask, each_item_or_sequence, resolve_scale
 
 PLAIN_SIGNATURE = "fn(q, k, v, *, causal=True, scale=None) -> numpy.ndarray"
 
@@ -104,6 +104,18 @@ LAYOUTS: dict[str, str] = {
     "row_gaps": "rows of D values at a pitch of D + 8: a slice of a wider array",
     "broadcast_kv": "k and v of one head broadcast along H with stride 0",
 }
+
+# The Capabilities fields of an implementation with every extension, its padded query rows zeroed,
+# computing every layout right: Capabilities(dtypes=..., **EVERY_EXTENSION).
+EVERY_EXTENSION: dict[str, Any] = dict(
+    gqa=True,
+    window=True,
+    key_lengths=True,
+    query_lengths=True,
+    padded_query_rows="zeros",
+    packed=True,
+    layouts=tuple(LAYOUTS),
+)
 
 
 @dataclass(frozen=True)
@@ -245,6 +257,14 @@ class Implementation(ABC):
         """A view of ``native`` broadcast to ``shape``, stride 0 along the broadcast axes."""
         return native.__array_namespace__().broadcast_to(native, shape)
 
+    def concatenate(self, parts: list[Any], axis: int) -> Any:
+        """Native arrays joined along ``axis`` (the array API's ``concat``)."""
+        return parts[0].__array_namespace__().concat(parts, axis=axis)
+
+    def zeros(self, shape: tuple[int, ...], like: Any) -> Any:
+        """A native array of zeros of ``like``'s dtype."""
+        return like.__array_namespace__().zeros(shape, dtype=like.dtype)
+
     def poisoned_allocations(self) -> contextlib.AbstractContextManager:
         """A context in which the array library's fresh allocations are filled with NaN, so an
         output element a call never writes shows as NaN rather than as whatever a recycled buffer
@@ -258,6 +278,14 @@ class Implementation(ABC):
     def attention(self, q: Any, k: Any, v: Any, *, causal: bool = True, scale: float | None = None):
         """softmax(mask(q k^T * scale)) v on native arrays, returning a native array. An
         implementation declaring ``window`` or ``key_lengths`` also takes that keyword."""
+
+    def each_item_or_sequence(self, q: Any, k: Any, v: Any, **options) -> Any:
+        """:meth:`attention` on each item of a batch with padded query rows, or on each sequence
+        of a packed batch, joined by :meth:`concatenate` and :meth:`zeros`; None for a batch that
+        is neither (see :func:`spec.formula.each_item_or_sequence`)."""
+        return each_item_or_sequence(
+            self.attention, q, k, v, concatenate=self.concatenate, zeros=self.zeros, **options
+        )
 
     def attention_weights(self, q: Any, k: Any, *, causal: bool = True, scale: float | None = None):
         """The (B, H, Tq, Tk) attention weights, where ``capabilities.exposes_weights``."""
@@ -517,6 +545,7 @@ __all__ = [
     "CONVENTIONS",
     "DTYPES",
     "EXTENSIONS",
+    "EVERY_EXTENSION",
     "LAYOUTS",
     "PADDED_QUERY_ROWS",
     "PLAIN_SIGNATURE",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from impls.contract import (
-    LAYOUTS,
+    EVERY_EXTENSION,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
@@ -20,7 +20,7 @@ from impls.contract import (
     validate_inputs,
 )
 from impls.jax_arrays import JaxArrays, _jax
-from spec.formula import padded_items, per_sequence, visible_keys
+from spec.formula import visible_keys
 
 
 class JaxDotProductAttention(JaxArrays, Implementation):
@@ -32,13 +32,7 @@ class JaxDotProductAttention(JaxArrays, Implementation):
         dtypes=("float32",),
         distinct_value_dim=False,
         conventions=RAISES_ON_ALL,
-        gqa=True,
-        window=True,
-        key_lengths=True,
-        query_lengths=True,
-        padded_query_rows="zeros",
-        packed=True,
-        layouts=tuple(LAYOUTS),
+        **EVERY_EXTENSION,
     )
 
     def attention(
@@ -48,31 +42,11 @@ class JaxDotProductAttention(JaxArrays, Implementation):
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
         self.check_dtypes(q, k, v)
         jnp = _jax().numpy
-        if packing.get("query_lengths") is not None:
-            return padded_items(
-                self.attention,
-                q,
-                k,
-                v,
-                causal=causal,
-                scale=scale,
-                **variant,
-                **packing,
-                stack=lambda parts, axis: jnp.concatenate(parts, axis=axis),
-                zeros=lambda shape, like: jnp.zeros(shape, dtype=like.dtype),
-            )
-        if packing.get("cu_seqlens_q") is not None:
-            return per_sequence(
-                self.attention,
-                q,
-                k,
-                v,
-                causal=causal,
-                scale=scale,
-                window=window,
-                **packing,
-                concatenate=lambda parts, axis: jnp.concatenate(parts, axis=axis),
-            )
+        split = self.each_item_or_sequence(
+            q, k, v, causal=causal, scale=scale, **variant, **packing
+        )
+        if split is not None:
+            return split
         scale = resolve_scale(scale, q.shape[-1])
         tq, tk = q.shape[-2], k.shape[-2]
         # jax.nn wants (B, T, N, H); its is_causal is top-left aligned when Tq < Tk, so the

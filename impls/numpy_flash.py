@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from impls.contract import (
-    LAYOUTS,
+    EVERY_EXTENSION,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
@@ -32,7 +32,6 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
-from spec.formula import padded_items, per_sequence
 
 BLOCK_M = 64  # query rows per block: 4 warps x 16 rows in the tensor-core kernel
 BLOCK_N = 64  # keys per tile streamed through shared memory
@@ -97,26 +96,16 @@ class NumpyFlash(NumpyArrays, Implementation):
     capabilities = Capabilities(
         dtypes=("float64", "float32"),
         conventions=RAISES_ON_ALL,
-        gqa=True,
-        window=True,
-        key_lengths=True,
-        query_lengths=True,
-        padded_query_rows="zeros",
-        packed=True,
-        layouts=tuple(LAYOUTS),
+        **EVERY_EXTENSION,
     )
 
     def attention(self, q, k, v, *, causal=True, scale=None, window=None, **variant):
-        if variant.get("cu_seqlens_q") is not None:
-            validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant)
-            return per_sequence(
-                self.attention, q, k, v, causal=causal, scale=scale, window=window, **variant
-            )
-        if variant.get("query_lengths") is not None:
-            validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant)
-            return padded_items(
-                self.attention, q, k, v, causal=causal, scale=scale, window=window, **variant
-            )
+        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, window=window, **variant)
+        split = self.each_item_or_sequence(
+            q, k, v, causal=causal, scale=scale, window=window, **variant
+        )
+        if split is not None:
+            return split
         return self.attention_and_lse(
             q, k, v, causal=causal, scale=scale, window=window, **variant
         )[0]

@@ -6,14 +6,14 @@ The suite judges it like any other: the formula the judge trusts must itself mee
 from __future__ import annotations
 
 from impls.contract import (
-    LAYOUTS,
+    EVERY_EXTENSION,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
     NumpyArrays,
     validate_inputs,
 )
-from spec.formula import padded_items, reference_attention, reference_weights
+from spec.formula import reference_attention, reference_weights
 
 
 class NumpyReference(NumpyArrays, Implementation):
@@ -22,21 +22,16 @@ class NumpyReference(NumpyArrays, Implementation):
         dtypes=("float64",),
         exposes_weights=True,
         conventions=RAISES_ON_ALL,
-        gqa=True,
-        window=True,
-        key_lengths=True,
-        query_lengths=True,
-        padded_query_rows="zeros",
-        packed=True,
-        layouts=tuple(LAYOUTS),
+        **EVERY_EXTENSION,
     )
 
     def attention(self, q, k, v, *, causal=True, scale=None, window=None, **lengths):
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, window=window, **lengths)
-        if lengths.get("query_lengths") is not None:
-            return padded_items(
-                self.attention, q, k, v, causal=causal, scale=scale, window=window, **lengths
-            )
+        split = self.each_item_or_sequence(
+            q, k, v, causal=causal, scale=scale, window=window, **lengths
+        )
+        if split is not None:
+            return split
         return reference_attention(q, k, v, causal=causal, scale=scale, window=window, **lengths)
 
     def attention_weights(self, q, k, *, causal=True, scale=None):

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from impls.contract import (
-    LAYOUTS,
+    EVERY_EXTENSION,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
@@ -38,7 +38,7 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
-from spec.formula import padded_items, per_sequence, repeat_kv_heads
+from spec.formula import repeat_kv_heads
 
 try:
     from threadpoolctl import ThreadpoolController
@@ -76,58 +76,21 @@ class NumpyVectorised(NumpyArrays, Implementation):
     capabilities = Capabilities(
         dtypes=("float64", "float32"),
         conventions=RAISES_ON_ALL,
-        gqa=True,
-        window=True,
-        key_lengths=True,
-        query_lengths=True,
-        padded_query_rows="zeros",
-        packed=True,
-        layouts=tuple(LAYOUTS),  # reshape copies what is not contiguous
+        **EVERY_EXTENSION,  # every layout: reshape copies what is not contiguous
     )
 
     def attention(
-        self,
-        q,
-        k,
-        v,
-        *,
-        causal=True,
-        scale=None,
-        window=None,
-        key_lengths=None,
-        query_lengths=None,
-        **packing,
+        self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **packing
     ):
-        validate_inputs(
-            q,
-            k,
-            v,
-            causal=causal,
-            scale=scale,
-            gqa=True,
-            window=window,
-            key_lengths=key_lengths,
-            query_lengths=query_lengths,
-            **packing,
-        )
+        variant = dict(window=window, key_lengths=key_lengths)
+        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
         if q.dtype not in (np.float32, np.float64):
             raise TypeError(f"q.dtype={q.dtype}, but should be float32 or float64 [{self.name}]")
-        if query_lengths is not None:
-            return padded_items(
-                self.attention,
-                q,
-                k,
-                v,
-                query_lengths=query_lengths,
-                key_lengths=key_lengths,
-                causal=causal,
-                scale=scale,
-                window=window,
-            )
-        if packing.get("cu_seqlens_q") is not None:
-            return per_sequence(
-                self.attention, q, k, v, causal=causal, scale=scale, window=window, **packing
-            )
+        split = self.each_item_or_sequence(
+            q, k, v, causal=causal, scale=scale, **variant, **packing
+        )
+        if split is not None:
+            return split
         if key_lengths is not None:
             return np.concatenate(
                 [

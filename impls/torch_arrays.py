@@ -64,6 +64,12 @@ class TorchArrays:
     def permuted(self, native: Any, axes: tuple[int, ...]) -> Any:
         return native.permute(axes)
 
+    def concatenate(self, parts: list[Any], axis: int) -> Any:
+        return torch.cat(parts, dim=axis)
+
+    def zeros(self, shape: tuple[int, ...], like: Any) -> Any:
+        return torch.zeros(shape, dtype=like.dtype, device=like.device)
+
     @contextlib.contextmanager
     def poisoned_allocations(self):
         """PyTorch's own mode: with deterministic algorithms on (warn_only, so no op refuses),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from impls.contract import (
     DTYPES,
-    LAYOUTS,
+    EVERY_EXTENSION,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
@@ -12,7 +12,6 @@ from impls.contract import (
     validate_inputs,
 )
 from impls.torch_arrays import TorchArrays, padding_zeroed, torch, visible_mask
-from spec.formula import padded_items, per_sequence
 
 
 class TorchEager(TorchArrays, Implementation):
@@ -25,13 +24,7 @@ class TorchEager(TorchArrays, Implementation):
         autograd=True,
         exposes_weights=True,
         conventions=RAISES_ON_ALL,
-        gqa=True,
-        window=True,
-        key_lengths=True,
-        query_lengths=True,
-        padded_query_rows="zeros",
-        packed=True,
-        layouts=tuple(LAYOUTS),
+        **EVERY_EXTENSION,
     )
 
     def __init__(self, device: str = "cpu"):
@@ -54,31 +47,11 @@ class TorchEager(TorchArrays, Implementation):
     ):
         variant = dict(window=window, key_lengths=key_lengths)
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
-        if packing.get("query_lengths") is not None:
-            return padded_items(
-                self.attention,
-                q,
-                k,
-                v,
-                causal=causal,
-                scale=scale,
-                **variant,
-                **packing,
-                stack=lambda parts, axis: torch.cat(parts, dim=axis),
-                zeros=lambda shape, like: torch.zeros(shape, dtype=like.dtype, device=like.device),
-            )
-        if packing.get("cu_seqlens_q") is not None:
-            return per_sequence(
-                self.attention,
-                q,
-                k,
-                v,
-                causal=causal,
-                scale=scale,
-                window=window,
-                **packing,
-                concatenate=lambda parts, axis: torch.cat(parts, dim=axis),
-            )
+        split = self.each_item_or_sequence(
+            q, k, v, causal=causal, scale=scale, **variant, **packing
+        )
+        if split is not None:
+            return split
         weights = self.attention_weights(q, k, causal=causal, scale=scale, **variant)
         return weights @ padding_zeroed(repeated_heads(q, v), key_lengths)  # (B, H, Tq, Dv)
 

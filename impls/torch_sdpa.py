@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from impls.contract import (
     DTYPES,
-    LAYOUTS,
+    EVERY_EXTENSION,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
@@ -14,7 +14,6 @@ from impls.contract import (
     validate_inputs,
 )
 from impls.torch_arrays import TorchArrays, bottom_right_mask, padding_zeroed, torch, visible_mask
-from spec.formula import padded_items, per_sequence
 
 
 class TorchSdpa(TorchArrays, Implementation):
@@ -37,13 +36,7 @@ class TorchSdpa(TorchArrays, Implementation):
         dtypes=DTYPES,
         autograd=True,
         conventions=RAISES_ON_ALL,
-        gqa=True,
-        window=True,
-        key_lengths=True,
-        query_lengths=True,
-        padded_query_rows="zeros",
-        packed=True,
-        layouts=tuple(LAYOUTS),
+        **EVERY_EXTENSION,
     )
 
     def __init__(self, device: str = "cpu"):
@@ -55,31 +48,11 @@ class TorchSdpa(TorchArrays, Implementation):
     ):
         variant = dict(window=window, key_lengths=key_lengths)
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
-        if packing.get("query_lengths") is not None:
-            return padded_items(
-                self.attention,
-                q,
-                k,
-                v,
-                causal=causal,
-                scale=scale,
-                **variant,
-                **packing,
-                stack=lambda parts, axis: torch.cat(parts, dim=axis),
-                zeros=lambda shape, like: torch.zeros(shape, dtype=like.dtype, device=like.device),
-            )
-        if packing.get("cu_seqlens_q") is not None:
-            return per_sequence(
-                self.attention,
-                q,
-                k,
-                v,
-                causal=causal,
-                scale=scale,
-                window=window,
-                **packing,
-                concatenate=lambda parts, axis: torch.cat(parts, dim=axis),
-            )
+        split = self.each_item_or_sequence(
+            q, k, v, causal=causal, scale=scale, **variant, **packing
+        )
+        if split is not None:
+            return split
         tq, tk = q.shape[-2], k.shape[-2]
         scale = resolve_scale(scale, q.shape[-1])
         grouped = dict(enable_gqa=True) if k.shape[-3] != q.shape[-3] else {}

@@ -140,11 +140,20 @@ def per_sequence(
 
 
 def padded_items(
-    attend, q, k, v, *, query_lengths, key_lengths=None, stack=np.concatenate, zeros=None, **options
+    attend,
+    q,
+    k,
+    v,
+    *,
+    query_lengths,
+    key_lengths=None,
+    concatenate=np.concatenate,
+    zeros=None,
+    **options,
 ):
     """``attend`` on each batch item's first Lq_b queries and first L_b keys alone, the rows past
-    Lq_b (padding) filled by ``zeros(shape, like)``, the items stacked again along the batch axis
-    (``stack`` and ``zeros`` are NumPy's unless another library's are given)."""
+    Lq_b (padding) filled by ``zeros(shape, like)``, the items joined again along the batch axis
+    (``concatenate`` and ``zeros`` are NumPy's unless another library's are given)."""
     zeros = zeros or (lambda shape, like: np.zeros(shape, dtype=like.dtype))
     key_lengths = [k.shape[-2]] * q.shape[0] if key_lengths is None else key_lengths
     items = []
@@ -153,8 +162,37 @@ def padded_items(
             q[b : b + 1, :, :queries], k[b : b + 1, :, :keys], v[b : b + 1, :, :keys], **options
         )
         padding = zeros((1, q.shape[1], q.shape[-2] - queries, v.shape[-1]), rows)
-        items.append(stack([rows, padding], -2))
-    return stack(items, 0)
+        items.append(concatenate([rows, padding], -2))
+    return concatenate(items, 0)
+
+
+def each_item_or_sequence(
+    attend,
+    q,
+    k,
+    v,
+    *,
+    query_lengths=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    concatenate=np.concatenate,
+    zeros=None,
+    **options,
+):
+    """``attend`` on each item of a batch with padded query rows (:func:`padded_items`) or on
+    each sequence of a packed batch (:func:`per_sequence`); None for a batch that is neither, which
+    the caller computes whole."""
+    if query_lengths is not None:
+        return padded_items(
+            attend, q, k, v, query_lengths=query_lengths, concatenate=concatenate, zeros=zeros,
+            **options,
+        )  # fmt: skip
+    if cu_seqlens_q is not None:
+        return per_sequence(
+            attend, q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+            concatenate=concatenate, **options,
+        )  # fmt: skip
+    return None
 
 
 def unread_padding_zeroed(v: np.ndarray, *, key_lengths=None, **_) -> np.ndarray:
