@@ -544,8 +544,8 @@ def check_plain_signature(fn: Callable, name: str) -> None:
 __all__ = [
     "CONVENTIONS",
     "DTYPES",
-    "EXTENSIONS",
     "EVERY_EXTENSION",
+    "EXTENSIONS",
     "LAYOUTS",
     "PADDED_QUERY_ROWS",
     "PLAIN_SIGNATURE",

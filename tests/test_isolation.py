@@ -31,10 +31,13 @@ MISBEHAVING = [
 # What numpy meets when judged alone: every claim on implementations but the SHOULD it does not
 # meet (a dense A @ V spreads a future NaN) and the two that need autograd.
 NUMPY_NOT_MET = {"MASK-NONFINITE": "unmet", "MASK-GRAD": "not checked", "OUT-GRAD": "not checked"}
+# The verdicts profile: the failures of a dozen implementations that fail everything are not
+# shrunk to minimal examples, which no assertion here reads.
+PYTEST = ("pytest", "conformance", "-p", "no:cacheprovider", "--hypothesis-profile", "verdicts")
 MODES = {
-    "serial": ("pytest", "conformance", "-p", "no:cacheprovider"),
-    "xdist": ("pytest", "conformance", "-p", "no:cacheprovider", "-n", "2"),
-    "attnspec run": ("conformance", "run"),
+    "serial": PYTEST,
+    "xdist": (*PYTEST, "-n", "2"),
+    "attnspec run": ("conformance", "run", "--profile", "verdicts"),
 }
 
 

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 DEFAULT_PROFILE = "ci"
-PROFILES = ("ci", "dev", "thorough")
+PROFILES = ("ci", "verdicts", "dev", "thorough")
 
 try:
-    from hypothesis import HealthCheck, settings
+    from hypothesis import HealthCheck, Phase, settings
 except ImportError:  # hypothesis is a core dependency; its absence is reported by the import
     settings = None
 else:
@@ -18,6 +18,14 @@ else:
         deadline=None,
         print_blob=True,
         suppress_health_check=[HealthCheck.too_slow],
+    )
+    # ci's examples and verdicts, without shrinking a failure to its smallest example: for runs
+    # that read only which claims failed (the zoo, the isolation tests), where shrinking every
+    # mutant's failures costs most of the time and changes no verdict.
+    settings.register_profile(
+        "verdicts",
+        parent=settings.get_profile("ci"),
+        phases=[phase for phase in Phase if phase not in (Phase.shrink, Phase.explain)],
     )
     settings.register_profile("dev", max_examples=100, deadline=None, print_blob=True)
     settings.register_profile(

@@ -12,6 +12,7 @@
 
 #pragma once
 
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <algorithm>
@@ -60,8 +61,10 @@ inline unsigned float_bits(float value) {
 
 // --- one block's threads, as fibers -------------------------------------------------------------
 //
-// The threads of a block are fibers (ucontext) on the calling OS thread, switched round-robin
-// whenever one waits at a barrier: no data races, and a barrier costs one switch per thread.
+// The threads of a block are fibers on the calling OS thread, switched round-robin whenever one
+// waits at a barrier: no data races, and a barrier costs one switch per thread. A fiber starts on
+// its own stack through ucontext; after that, switches are _setjmp/_longjmp, which save no signal
+// mask: swapcontext makes a system call per switch, and a tensor-core tile takes thousands.
 
 struct FiberBarrier {
     int expected = 0, arrived = 0;
@@ -88,12 +91,17 @@ struct BlockState {
     std::vector<WarpState> warps;
 };
 
+struct JumpPoint {
+    jmp_buf buffer;
+};
+
 struct Scheduler {
     static constexpr std::size_t STACK_BYTES = 256 * 1024;
-    std::vector<ucontext_t> fibers;
+    std::vector<ucontext_t> fibers;  // each fiber's first entry
+    std::vector<JumpPoint> resume;    // where each started fiber continues
     std::vector<std::unique_ptr<char[]>> stacks;
-    std::vector<bool> finished;
-    ucontext_t caller;
+    std::vector<bool> started, finished;
+    jmp_buf caller;
     int current = 0;
     std::function<void()> kernel;
     BlockState block;
@@ -110,6 +118,16 @@ inline void become(int fiber) {
     lane_index = unsigned(fiber) % 32;
 }
 
+// Continues fiber `next` where it stopped, or starts it.
+[[noreturn]] inline void enter(int next) {
+    Scheduler& s = *scheduler;
+    become(next);
+    if (s.started[next]) _longjmp(s.resume[next].buffer, 1);
+    s.started[next] = true;
+    setcontext(&s.fibers[next]);
+    __builtin_unreachable();
+}
+
 // Switches to the next unfinished fiber; back in the caller's context when none is left.
 inline void switch_away() {
     Scheduler& s = *scheduler;
@@ -118,13 +136,12 @@ inline void switch_away() {
         const int next = (from + step) % count;
         if (!s.finished[next]) {
             if (next == from) return;
-            become(next);
-            swapcontext(&s.fibers[from], &s.fibers[next]);
+            if (_setjmp(s.resume[from].buffer) == 0) enter(next);
             become(from);
             return;
         }
     }
-    swapcontext(&s.fibers[from], &s.caller);
+    _longjmp(s.caller, 1);
 }
 
 inline void FiberBarrier::arrive_and_wait() {
@@ -166,6 +183,8 @@ void launch(Index3 grid, unsigned threads_per_block, Kernel kernel) {
     Scheduler s;
     s.kernel = kernel;
     s.fibers.resize(threads_per_block);
+    s.resume.resize(threads_per_block);
+    s.started.resize(threads_per_block);
     s.finished.resize(threads_per_block);
     for (unsigned t = 0; t < threads_per_block; ++t)
         s.stacks.emplace_back(new char[Scheduler::STACK_BYTES]);
@@ -182,15 +201,14 @@ void launch(Index3 grid, unsigned threads_per_block, Kernel kernel) {
                 for (unsigned w = 0; w < warps; ++w)
                     s.block.warps[w].barrier.expected = int(std::min(32u, threads_per_block - 32 * w));
                 for (unsigned t = 0; t < threads_per_block; ++t) {
-                    s.finished[t] = false;
+                    s.started[t] = s.finished[t] = false;
                     getcontext(&s.fibers[t]);
                     s.fibers[t].uc_stack.ss_sp = s.stacks[t].get();
                     s.fibers[t].uc_stack.ss_size = Scheduler::STACK_BYTES;
-                    s.fibers[t].uc_link = &s.caller;
+                    s.fibers[t].uc_link = nullptr;  // run_fiber never returns
                     makecontext(&s.fibers[t], run_fiber, 0);
                 }
-                become(0);
-                swapcontext(&s.caller, &s.fibers[0]);
+                if (_setjmp(s.caller) == 0) enter(0);
             }
     scheduler = nullptr;
 }

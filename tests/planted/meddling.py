@@ -91,7 +91,8 @@ _printed = []
 
 
 def prints_ten_megabytes(q, k, v, *, causal=True, scale=None):
-    """Prints 10 MB to stdout at its first call, a line at every other, and answers wrongly."""
-    sys.stdout.write(("x" * (10 << 20) if not _printed else "another call") + "\n")
+    """Prints 10 MB to stdout at its first call, 1 KiB at every other (so that a failing test of
+    a few calls has more to show than the judge shows), and answers wrongly."""
+    sys.stdout.write(("x" * (10 << 20) if not _printed else "another call ".ljust(1 << 10)) + "\n")
     _printed.append(True)
     return _wrong(q, v)

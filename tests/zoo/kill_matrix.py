@@ -79,6 +79,7 @@ def run_zoo(members: dict[str, Member], *, workers: int, timeout: float = 3000) 
         report_path = Path(scratch) / "zoo.json"
         args = ["--impl", ",".join(m.selector for m in members.values())]
         args += ["--report-json", str(report_path), "-q", "--tb=no", "-rN"]
+        args += ["--hypothesis-profile", "verdicts"]  # which claims failed, not minimal examples
         threads = {}
         if workers > 1:
             args += ["-n", str(workers)]
