@@ -39,6 +39,8 @@ from conformance.run.profiles import active_profile
 from conformance.run.recording import NOTES_KEY, TestNotes, VerdictRecorder, complete_report
 from conformance.run.selection import Selected, select
 from conformance.run.settings import RunSettings, add_options
+from conformance.run.threads import describe as describe_shared_cores
+from conformance.run.threads import share_cores
 from impls.registry import RegistryError
 from spec.catalogue import Catalogue, load_catalogue
 
@@ -56,6 +58,7 @@ class Run:
     ledger: Ledger
     broken: dict[str, str] = field(default_factory=dict)  # name -> its first call's failure
     owns_truth: bool = False  # whether this process made TRUTH's directory (and removes it)
+    threads_note: str | None = None  # the header's line when the run set thread counts
 
 
 RUN_KEY = pytest.StashKey[Run]()
@@ -102,6 +105,10 @@ def pytest_configure(config: pytest.Config) -> None:
             # The controller calls no implementation: its xdist workers start their own.
             for selected in selection:
                 selected.client.channel.close()
+            processes = _xdist_workers(config)
+            chosen = share_cores(processes)
+            if chosen:
+                run.threads_note = describe_shared_cores(chosen, processes)
             config.pluginmanager.register(WorkerInputs(selection), "attnspec-worker-inputs")
 
 
@@ -143,7 +150,8 @@ class WorkerInputs:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     run = config.stash[RUN_KEY]
-    return header_lines(run.catalogue, run.settings, run.selection)
+    lines = header_lines(run.catalogue, run.settings, run.selection)
+    return lines + ([run.threads_note] if run.threads_note else [])
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -250,6 +258,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         subject.reproducer if subject is not None else None,
         output,
     )
+
+
+def _xdist_workers(config: pytest.Config) -> int:
+    """How many xdist workers the run starts: one per --tx gateway (``2*popen`` is two), which
+    is what xdist makes of -n N."""
+    count = 0
+    for spec in getattr(config.option, "tx", None) or []:
+        times, star, _ = spec.partition("*")
+        count += int(times) if star and times.isdigit() else 1
+    return count or int(config.option.numprocesses)
 
 
 def _distributed(config: pytest.Config) -> bool:

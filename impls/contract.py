@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -342,6 +343,11 @@ class NumpyArrays:
         return str(self.to_numpy(native).dtype)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def validate_inputs(
     q,
     k,
@@ -559,5 +565,6 @@ __all__ = [
     "causal_mask",
     "check_plain_signature",
     "resolve_scale",
+    "usable_cores",
     "validate_inputs",
 ]

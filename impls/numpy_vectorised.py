@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -36,6 +35,7 @@ from impls.contract import (
     Implementation,
     NumpyArrays,
     resolve_scale,
+    usable_cores,
     validate_inputs,
 )
 from spec.formula import repeat_kv_heads
@@ -49,10 +49,6 @@ QUERY_BLOCK = 128
 # Below this many scores (B*H*Tq*Tk) a call stays on the calling thread: the hand-off to the pool
 # and the BLAS thread limit cost about a tenth of a millisecond.
 PARALLEL_MIN_SCORES = 1 << 20
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @functools.cache

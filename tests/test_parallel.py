@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
+
+from conformance.run import threads
 
 SELECTION = (
     "--impl",
@@ -44,6 +47,21 @@ def test_distributed_run_gives_the_serial_verdicts(suite, serial_verdicts, tmp_p
     assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
     assert verdicts(path) == serial_verdicts
     assert "FAILED" in serial_verdicts["tests.zoo.mutants:mask_off_by_one"].values()
+    # Each process got its share of the cores: the report records every thread variable.
+    recorded = json.loads(path.read_text())["environment"]["env"]
+    assert set(threads.THREAD_VARIABLES) <= set(recorded), recorded
+    if not set(threads.THREAD_VARIABLES) <= set(os.environ):
+        assert "attnspec: 2 xdist workers on" in run.stdout, run.stdout[:3000]
+
+
+def test_a_distributed_run_shares_the_cores_and_keeps_what_the_user_set(monkeypatch):
+    monkeypatch.setattr(threads, "usable_cores", lambda: 8)
+    environ = {"OMP_NUM_THREADS": "3"}
+    assert threads.share_cores(2, environ) == {"OPENBLAS_NUM_THREADS": "4", "MKL_NUM_THREADS": "4"}
+    assert environ["OMP_NUM_THREADS"] == "3"
+    assert threads.share_cores(16, {}) == dict.fromkeys(threads.THREAD_VARIABLES, "1")
+    with pytest.raises(ValueError, match="processes=0, but should be >= 1"):
+        threads.share_cores(0, {})
 
 
 def test_hypothesis_seed_reproduces_a_failure_exactly(suite):
