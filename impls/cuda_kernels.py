@@ -127,6 +127,12 @@ def _check(nvrtc, result, what: str) -> tuple:
 
 def compile_with_nvrtc(name: str, arch: str) -> tuple[str, list[KernelResources]]:
     """Compile source ``name`` for ``arch``: (ptxas log, resources of each entry point)."""
+    log, _ = compile_to_cubin(name, arch)
+    return log, parse_ptxas_log(log, name, arch)
+
+
+def compile_to_cubin(name: str, arch: str) -> tuple[str, bytes]:
+    """Compile source ``name`` for ``arch`` as CuPy does: (ptxas log, the cubin)."""
     nvrtc = _nvrtc()
     source = SOURCES[name]
     (program,) = _check(
@@ -150,9 +156,12 @@ def compile_with_nvrtc(name: str, arch: str) -> tuple[str, list[KernelResources]
         log = log_buffer.rstrip(b"\x00 ").decode(errors="replace")
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(f"{source.filename} for {arch}: {status.name}\n{log}")
+        (size,) = _check(nvrtc, nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        _check(nvrtc, nvrtc.nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN")
     finally:
         nvrtc.nvrtcDestroyProgram(program)
-    return log, parse_ptxas_log(log, name, arch)
+    return log, cubin
 
 
 ENTRY = re.compile(r"Compiling entry function '(?P<kernel>\w+)' for '(?P<arch>\w+)'")
