@@ -4,9 +4,8 @@ BLAS (OpenBLAS, MKL) and OpenMP (PyTorch's CPU ops) size their thread pools to t
 in every process that loads them, and OpenBLAS's idle threads spin. Under ``-n N`` that is N
 judges, and the implementations' worker processes each of them starts, all sized for the whole
 machine. A distributed run therefore gives each process its share of the cores, through the
-variables those libraries read when they start, unless the user has set them: on 2 cores the
-default run (5 built-ins, ``-n 2``) took 61.6 s with 118 CPU-seconds, and 31.7 s with 60, with the
-same verdicts (README, Performance).
+variables those libraries read when they start, unless the user has set them (the README's
+Performance section has the measurement).
 """
 
 from __future__ import annotations
