@@ -24,7 +24,7 @@ class RegistryError(LookupError):
 class Builtin:
     module: str
     factory: str
-    kwargs: tuple[tuple[str, str], ...] = ()
+    kwargs: tuple[tuple[str, object], ...] = ()
     note: str = ""
 
     def create(self) -> Implementation:
@@ -68,13 +68,97 @@ BUILTINS: dict[str, Builtin] = {
 }
 
 
+def _adapter(module: str, factory: str, note: str, **kwargs) -> Builtin:
+    return Builtin(f"impls.ecosystem.{module}", factory, tuple(kwargs.items()), note)
+
+
+# The ecosystem's attention, called as each library documents it (impls/ecosystem): selected by
+# name, never part of the default run. *_naive is the documented call, *_bridged the same call
+# meeting the contract where the library's convention differs.
+ECOSYSTEM: dict[str, Builtin] = {
+    **{
+        f"torch_sdpa_{form}": _adapter(
+            "torch_functional",
+            "TorchSdpa",
+            "F.scaled_dot_product_attention, unchecked",
+            bridged=form == "bridged",
+        )
+        for form in ("naive", "bridged")
+    },
+    **{
+        f"torch_mha_{form}": _adapter(
+            "torch_functional",
+            "MultiheadAttention",
+            "nn.MultiheadAttention, identity projections, triu attn_mask",
+            bridged=form == "bridged",
+        )
+        for form in ("naive", "bridged")
+    },
+    **{
+        f"torch_flex_{form}": _adapter(
+            "torch_functional",
+            "FlexAttention",
+            "flex_attention with a causal block mask, eager",
+            bridged=form == "bridged",
+        )
+        for form in ("naive", "bridged")
+    },
+    **{
+        f"transformers_sdpa_{form}": _adapter(
+            "transformers_attention",
+            "TransformersSdpa",
+            "transformers' sdpa_attention_forward",
+            bridged=form == "bridged",
+        )
+        for form in ("naive", "bridged")
+    },
+    "transformers_llama_eager": _adapter(
+        "transformers_attention",
+        "TransformersLlamaEager",
+        "transformers' Llama eager_attention_forward, additive mask",
+    ),
+    **{
+        f"keras_{backend}_{form}": _adapter(
+            "keras_attention",
+            "KerasDotProductAttention",
+            f"keras.ops.dot_product_attention, {backend} backend",
+            backend=backend,
+            bridged=form == "bridged",
+        )
+        for backend in ("numpy", "torch", "jax")
+        for form in ("naive", "bridged")
+    },
+    **{
+        f"flax_nnx_{form}": _adapter(
+            "flax_attention",
+            "FlaxDotProductAttention",
+            "flax.nnx.dot_product_attention",
+            bridged=form == "bridged",
+        )
+        for form in ("naive", "bridged")
+    },
+    "mlx_fast": _adapter(
+        "mlx_attention", "MlxFastAttention", "mlx.core.fast.scaled_dot_product_attention, CPU"
+    ),
+    **{
+        f"tinygrad_{form}": _adapter(
+            "tinygrad_attention",
+            "TinygradAttention",
+            "tinygrad Tensor.scaled_dot_product_attention",
+            bridged=form == "bridged",
+        )
+        for form in ("naive", "bridged")
+    },
+}
+
+
 def entry_point_names() -> list[str]:
     return sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
 
 
 def available_names() -> str:
     """One line naming everything that can be selected, for error messages."""
-    line = "built-in: " + ", ".join(BUILTINS)
+    line = "built-in: " + ", ".join(BUILTINS) + "; ecosystem: " + ", ".join(ECOSYSTEM)
     extra = entry_point_names()
     if extra:
         line += "; entry points: " + ", ".join(extra)
@@ -92,6 +176,8 @@ def resolve(name: str) -> Implementation:
         raise RegistryError(f"empty implementation name; available: {available_names()}")
     if name in BUILTINS:
         return BUILTINS[name].create()
+    if name in ECOSYSTEM:
+        return ECOSYSTEM[name].create()
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
             try:
@@ -103,7 +189,7 @@ def resolve(name: str) -> Implementation:
             return coerce(target, name)
     if ":" in name:
         return coerce(_import_attribute(name), name)
-    close = difflib.get_close_matches(name, [*BUILTINS, *entry_point_names()], n=3)
+    close = difflib.get_close_matches(name, [*BUILTINS, *ECOSYSTEM, *entry_point_names()], n=3)
     if close:
         hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)"
     elif "." in name:

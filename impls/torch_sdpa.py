@@ -19,6 +19,11 @@ from impls.torch_arrays import TorchArrays, bottom_right_mask, padding_zeroed, t
 class TorchSdpa(TorchArrays, Implementation):
     """``scaled_dot_product_attention``, bridged to the bottom-right causal contract.
 
+    This is the suite's own conforming PyTorch implementation (the CPU speed reference, a built-in
+    of every run): it checks its inputs with ``validate_inputs`` first, which PyTorch's SDPA does
+    not do everywhere. PyTorch itself is judged through the ecosystem's ``torch_sdpa_naive`` and
+    ``torch_sdpa_bridged`` (impls/ecosystem), which check nothing.
+
     PyTorch's ``is_causal`` aligns the mask top-left (query i sees keys j <= i) when Tq != Tk, so
     for Tq < Tk an explicit bottom-right boolean mask is passed instead. The explicit mask is also
     used for a scale of 0 (or below the dtype's smallest normal), where ``is_causal=True`` gives

@@ -31,7 +31,7 @@ GROUPS = (
     "stress",
 )
 _REQUIRED = ("id", "level", "section", "group", "statement", "checked_on")
-_OPTIONAL = ("follows_from", "erratum")
+_OPTIONAL = ("follows_from", "erratum", "refines")
 _EXTENSION_FIELDS = ("convention", "capability")  # required in extension sections, else refused
 # The Capabilities flags an extension claim may need (impls.contract.Capabilities)
 CAPABILITIES = ("gqa", "window", "key_lengths", "packed", "none")
@@ -61,6 +61,7 @@ class Claim:
     erratum: str | None = None
     convention: str | None = None  # extension claims: the convention followed, and its source
     capability: str | None = None  # extension claims: what an implementation declares, or "none"
+    refines: str | None = None  # the document's claim this one judges a part of, apart
 
     @property
     def is_extension(self) -> bool:
@@ -161,6 +162,7 @@ def parse_catalogue(text: str, source: str = "<catalogue>") -> Catalogue:
             erratum=entry.get("erratum"),
             convention=entry.get("convention"),
             capability=entry.get("capability"),
+            refines=entry.get("refines"),
         )
 
     for claim in claims.values():
@@ -171,6 +173,10 @@ def parse_catalogue(text: str, source: str = "<catalogue>") -> Catalogue:
             )
         if claim.id in claim.follows_from:
             raise CatalogueError(f"{source}: claim {claim.id} follows from itself")
+        if claim.refines is not None and claim.refines not in claims:
+            raise CatalogueError(
+                f"{source}: claim {claim.id} refines unknown claim {claim.refines!r}"
+            )
     return Catalogue(claims=claims, sections=sections)
 
 

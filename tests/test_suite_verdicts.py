@@ -86,12 +86,40 @@ def test_bad_seed_is_a_usage_error(suite):
 
 @pytest.mark.parametrize(("flags", "status"), [((), 0), (("--fail-on-should",), 1)])
 def test_a_should_claim_not_met_fails_the_run_only_on_request(suite, flags, status):
-    # numpy lets a NaN in a future value reach past rows: MASK-NONFINITE, a SHOULD claim.
-    run = suite("--impl", "numpy", "--claims", "MASK-NONFINITE", *flags)
+    # numpy lets a NaN in a future value reach past rows: MASK-NONFINITE-VALUES, a SHOULD claim.
+    run = suite("--impl", "numpy", "--claims", "MASK-NONFINITE-VALUES", *flags)
     assert run.returncode == status, run.stdout[-3000:]
-    assert ("unmet SHOULD MASK-NONFINITE" if status == 0 else "failed SHOULD MASK-NONFINITE") in (
-        run.stdout
+    said = "unmet" if status == 0 else "failed"
+    assert f"{said} SHOULD MASK-NONFINITE-VALUES" in run.stdout
+
+
+def test_nonfinite_future_keys_and_values_are_judged_apart(suite, tmp_path):
+    """A mask that replaces scores keeps a NaN key out and a dense A @ V lets a NaN value in; a
+    mask added to the scores lets both in. One verdict for both could not tell the two apart."""
+    report = tmp_path / "report.json"
+    run = suite(
+        "--impl",
+        "numpy,tests.planted.plain:masks_by_adding",
+        "--claims",
+        "MASK-NONFINITE-*",
+        "--report-json",
+        str(report),
     )
+    assert run.returncode == 0, run.stdout[-3000:]
+    verdicts = {
+        subject["name"]: {claim: entry["verdict"] for claim, entry in subject["claims"].items()}
+        for subject in json.loads(report.read_text())["subjects"]
+    }
+    assert verdicts["numpy"] == {
+        "MASK-NONFINITE": "unmet",
+        "MASK-NONFINITE-KEYS": "met",
+        "MASK-NONFINITE-VALUES": "unmet",
+    }
+    assert verdicts["tests.planted.plain:masks_by_adding"] == {
+        "MASK-NONFINITE": "unmet",
+        "MASK-NONFINITE-KEYS": "unmet",
+        "MASK-NONFINITE-VALUES": "unmet",
+    }
 
 
 def test_implementations_are_judged_on_the_same_inputs(suite, tmp_path):

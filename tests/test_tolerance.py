@@ -5,17 +5,52 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.judge.tolerance import BUDGETS, compare, max_error
+from conformance.judge.tolerance import (
+    BUDGETS,
+    GRADIENT_BUDGETS,
+    compare,
+    compare_gradients,
+    max_error,
+)
+from conformance.survey import gradient_inputs
 from spec.dtypes import DTYPES, UNIT_ROUNDOFF, round_to
-from spec.formula import naive_baseline, reference_attention, reference_vjp
+from spec.formula import naive_baseline, naive_baseline_vjp, reference_attention, reference_vjp
 
 
-def test_every_dtype_has_a_budget_with_a_reason():
-    assert set(BUDGETS) == set(DTYPES)
-    for budget in BUDGETS.values():
+@pytest.mark.parametrize("budgets", [BUDGETS, GRADIENT_BUDGETS], ids=["outputs", "gradients"])
+def test_every_dtype_has_a_budget_with_a_reason(budgets):
+    assert set(budgets) == set(DTYPES)
+    for budget in budgets.values():
         assert budget.baseline_factor >= 1
         assert budget.floor_u > 0
         assert len(budget.reason) > 40
+
+
+# The gradient survey's worst seed for torch_sdpa in float32 (python -m conformance.survey
+# --gradients --seeds 3000): 4.6x the naive backward pass's error, over the outputs' 3x.
+TORCH_SDPA_WORST_GRADIENT_SEED = 1836
+
+
+def test_pytorchs_own_backward_is_within_the_gradient_budget():
+    from impls.torch_sdpa import TorchSdpa
+
+    pytest.importorskip("torch")
+    impl = TorchSdpa()
+    q, k, v, grad_out, causal = gradient_inputs(TORCH_SDPA_WORST_GRADIENT_SEED, "float32")
+    native = (impl.from_numpy(x, "float32") for x in (q, k, v, grad_out))
+    grads = [impl.to_numpy(g).astype(np.float64) for g in impl.vjp(*native, causal=causal)]
+    comparisons = compare_gradients(grads, q, k, v, grad_out, dtype="float32", causal=causal)
+    for name, comparison in comparisons.items():
+        assert comparison.ok, f"{name}: {comparison.describe()}"
+
+
+def test_a_float32_backward_that_stores_in_bfloat16_is_outside_the_gradient_budget():
+    """The wider float32 gradient factor still rejects a backward pass that rounds its
+    intermediates to bfloat16, as a kernel saving memory on dS would."""
+    q, k, v, grad_out, causal = gradient_inputs(0, "float32")
+    grads = naive_baseline_vjp(q, k, v, grad_out, dtype="bfloat16", causal=causal)
+    comparisons = compare_gradients(grads, q, k, v, grad_out, dtype="float32", causal=causal)
+    assert all(c.budget_fraction > 10 for c in comparisons.values()), comparisons
 
 
 def test_bfloat16_rounding_matches_torch():

@@ -81,7 +81,7 @@ def assert_raises_clearly(subject: Subject, case: Case, problem: str, call) -> N
     fail(
         subject,
         case,
-        f"{problem}: returned {type(out).__name__} of shape {getattr(out, 'shape', '?')}, "
+        f"{problem}: returned an answer of shape {tuple(getattr(out, 'shape', ()))}, "
         "but should raise an error",
     )
 
@@ -113,7 +113,7 @@ def assert_follows_convention(
 
 def assert_within_budget(subject: Subject, case: Case, what: str, comparison: Comparison) -> None:
     __tracebackhide__ = True
-    subject.notes.note_budget_fraction(comparison.budget_fraction)
+    subject.notes.note_budget_fraction(comparison.budget_fraction, comparison.dtype)
     if not comparison.ok:
         fail(subject, case, f"{what}: {comparison.describe()}")
 

@@ -28,7 +28,12 @@ import numpy as np
 
 from conformance.judge.truth import CaseTruth
 from spec.dtypes import UNIT_ROUNDOFF, check_dtype
-from spec.formula import accumulation_dtype
+from spec.formula import (
+    accumulation_dtype,
+    naive_baseline_vjp,
+    reference_scores,
+    reference_vjp,
+)
 
 
 @dataclass(frozen=True)
@@ -84,8 +89,30 @@ BUDGETS = {
 }
 
 
-def budget_for(dtype: str) -> Budget:
-    return BUDGETS[check_dtype(dtype)]
+# Gradients: the same rule, with the naive backward pass (spec.formula.naive_baseline_vjp) as the
+# baseline. Only float32 needs a wider factor: see its reason.
+GRADIENT_BUDGETS = {
+    **BUDGETS,
+    "float32": Budget(
+        "float32",
+        baseline_factor=6.0,
+        floor_u=2.0,
+        floor_scales_with_scores=False,
+        reason=(
+            "A backward pass chains five rounded matmuls, and a fused kernel computes the row term "
+            "rowsum(dA * A) as rowsum(dO * O), from its rounded output: the maximum of two correct "
+            "float32 backward passes differs more than that of two forward passes. Over 3000 "
+            "seeds of OUT-GRAD's case, PyTorch's SDPA backward reached 4.6x the baseline's "
+            "error and torch_eager's 2.9x (python -m conformance.survey --gradients --seeds "
+            "3000); 6x leaves a margin of 1.3, and a wrong gradient or float32 arithmetic inside "
+            "a float64 kernel is off by orders of magnitude more."
+        ),
+    ),
+}
+
+
+def budget_for(dtype: str, budgets: dict[str, Budget] = BUDGETS) -> Budget:
+    return budgets[check_dtype(dtype)]
 
 
 def summation_slack(dtype: str, terms: int) -> float:
@@ -109,6 +136,7 @@ class Comparison:
     baseline_error: float
     floor: float
     allowed: float
+    budget: Budget
 
     @property
     def ok(self) -> bool:
@@ -120,7 +148,7 @@ class Comparison:
         return self.max_abs / self.allowed if self.allowed > 0 else float("inf")
 
     def describe(self) -> str:
-        budget = budget_for(self.dtype)
+        budget = self.budget
         return (
             f"max abs err={self.max_abs:.3e} (rel {self.max_rel:.3e}) at index {self.worst_index}: "
             f"got {self.actual_at_worst!r}, truth {self.truth_at_worst!r}; "
@@ -148,9 +176,11 @@ def compare(
     dtype: str,
     magnitude: float,
     max_score: float = 0.0,
+    budgets: dict[str, Budget] = BUDGETS,
 ) -> Comparison:
-    """Judge ``actual`` against ``truth`` (the float64 oracle) under the budget for ``dtype``."""
-    budget = budget_for(dtype)
+    """Judge ``actual`` against ``truth`` (the float64 oracle) under the budget for ``dtype``
+    (from ``budgets``: the outputs', or GRADIENT_BUDGETS)."""
+    budget = budget_for(dtype, budgets)
     max_abs, worst = max_error(actual, truth)
     baseline_error, _ = max_error(baseline, truth)
     floor = budget.floor_u * UNIT_ROUNDOFF[dtype] * magnitude
@@ -167,6 +197,7 @@ def compare(
         baseline_error=baseline_error,
         floor=floor,
         allowed=budget.baseline_factor * baseline_error + floor,
+        budget=budget,
     )
 
 
@@ -196,3 +227,27 @@ def compare_to_oracle(
         magnitude=float(np.max(np.abs(v))),
         max_score=case_truth.largest_score(scale),
     )
+
+
+def compare_gradients(
+    grads, q, k, v, grad_out, *, dtype: str, causal: bool = True, scale: float | None = None
+) -> dict[str, Comparison]:
+    """Judge gradients (dq, dk, dv) of sum(attention(q, k, v) * grad_out), as float64 arrays,
+    against the oracle's, with the naive backward pass as baseline and GRADIENT_BUDGETS."""
+    truths = reference_vjp(q, k, v, grad_out, causal=causal, scale=scale)
+    baselines = naive_baseline_vjp(q, k, v, grad_out, dtype=dtype, causal=causal, scale=scale)
+    max_score = float(np.abs(reference_scores(q, k, scale=scale)).max())
+    return {
+        name: compare(
+            grad,
+            truth,
+            baseline,
+            dtype=dtype,
+            magnitude=float(np.abs(truth).max()),
+            max_score=max_score,
+            budgets=GRADIENT_BUDGETS,
+        )
+        for name, grad, truth, baseline in zip(
+            ("dq", "dk", "dv"), grads, truths, baselines, strict=True
+        )
+    }

@@ -21,7 +21,8 @@ Schema ``attnspec-report/1``::
                                "first_failure": null | {"test": node id,
                                                         "message": "...",  # truncated
                                                         "reproducer": null | "python -m ..."}}},
-         "conventions": {NAME: VALUE}},      # the CONTRACT-ERRORS conventions it followed
+         "conventions": {NAME: VALUE},       # the CONTRACT-ERRORS conventions it followed
+         "worst_budget_fraction_by_dtype": {DTYPE: x}},  # over all its tests in that dtype
       ]
     }
 
@@ -68,6 +69,7 @@ def subject_entry(ledger: Ledger, name: str, selected: Selected | None) -> dict:
             skip_reason=selected.skip_reason,
         )
     entry["conventions"] = ledger.conventions_followed(name)
+    entry["worst_budget_fraction_by_dtype"] = dict(sorted(ledger.budget_fractions[name].items()))
     entry["claims"] = claims
     return entry
 

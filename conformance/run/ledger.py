@@ -106,6 +106,13 @@ class Ledger:
         self.conventions: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         # row -> figure name -> what a test recorded for it (a heat map, a measured series)
         self.figures: dict[str, dict[str, object]] = defaultdict(dict)
+        # row -> dtype -> the largest error / tolerance budget of its tests in that dtype
+        self.budget_fractions: dict[str, dict[str, float]] = defaultdict(dict)
+
+    def note_budget_fraction(self, row: str, dtype: str, fraction: float) -> None:
+        self.budget_fractions[row][dtype] = worst_fraction(
+            self.budget_fractions[row].get(dtype), fraction
+        )
 
     def note_figure(self, row: str, name: str, data: object) -> None:
         self.figures[row].setdefault(name, data)

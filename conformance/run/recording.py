@@ -27,11 +27,15 @@ class TestNotes:
     __test__ = False  # not a pytest test class
 
     budget_fraction: float | None = None  # the largest error / tolerance budget judged
+    budget_fractions_by_dtype: dict[str, float] = field(default_factory=dict)  # the same, per dtype
     conventions: dict[str, str] = field(default_factory=dict)  # convention -> value followed
     figures: dict[str, object] = field(default_factory=dict)  # name -> data for the HTML report
 
-    def note_budget_fraction(self, fraction: float) -> None:
+    def note_budget_fraction(self, fraction: float, dtype: str) -> None:
         self.budget_fraction = worst_fraction(self.budget_fraction, fraction)
+        self.budget_fractions_by_dtype[dtype] = worst_fraction(
+            self.budget_fractions_by_dtype.get(dtype), fraction
+        )
 
     def note_convention(self, convention: str, followed: str) -> None:
         self.conventions[convention] = followed
@@ -154,6 +158,8 @@ class VerdictRecorder:
             record.notes.budget_fraction,
             message,
         )
+        for dtype, fraction in record.notes.budget_fractions_by_dtype.items():
+            self.ledger.note_budget_fraction(record.row, dtype, fraction)
         for convention, followed in record.notes.conventions.items():
             self.ledger.note_convention(record.row, convention, followed)
         for name, data in record.notes.figures.items():

@@ -41,6 +41,18 @@ def _top_left(q, k, v, *, causal=True, scale=None):
     return (weights / weights.sum(axis=-1, keepdims=True) @ v).astype(q.dtype)
 
 
+def masks_by_adding(q, k, v, *, causal=True, scale=None):
+    """Masks by adding -inf to the future scores, as additive masks do: right for finite keys,
+    but a NaN or infinite future key reaches past rows (NaN + -inf and inf + -inf are NaN)."""
+    validate_inputs(q, k, v, causal=causal, scale=scale)
+    scores = (q @ np.swapaxes(k, -1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    tq, tk = scores.shape[-2:]
+    if causal:
+        scores = scores + np.where(np.tri(tq, tk, tk - tq, bool), 0.0, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (weights / weights.sum(axis=-1, keepdims=True) @ v).astype(q.dtype)
+
+
 def unseen_rows_garbage(q, k, v, *, causal=True, scale=None):
     """Correct when Tq <= Tk; when Tq > Tk it answers with a top-left mask, so rows that see no
     key get an answer that is neither zero nor NaN: silent garbage."""
