@@ -33,7 +33,7 @@ from conformance.run.collection import claims_of
 from conformance.run.profiles import DEFAULT_PROFILE, PROFILES
 from conformance.run.selection import split_names_or_fail
 from conformance.run.settings import claim_patterns_value, report_path_value, seed_value
-from impls.registry import BUILTINS, RegistryError, entry_point_names, resolve
+from impls.registry import BUILTINS, ECOSYSTEM, RegistryError, entry_point_names, resolve
 from spec.catalogue import load_catalogue
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
@@ -52,6 +52,7 @@ def command_list(options: argparse.Namespace) -> int:
             return usage_error(str(exc))
         known = {
             **{n: "entry point" for n in entry_point_names()},
+            **dict.fromkeys(ECOSYSTEM, "ecosystem"),
             **dict.fromkeys(BUILTINS, "built-in"),
         }
         names = [(name, known.get(name, "--impl")) for name in selected]

@@ -7,6 +7,7 @@ matches the oracle and the naive one, with the library's top-left causal mask, d
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -70,7 +71,8 @@ def test_the_bridged_adapter_sees_the_cache_and_the_naive_one_does_not(library_c
     "finding", FINDINGS, ids=[f"{n}-{f.library}" for n, f in enumerate(FINDINGS, 1)]
 )
 def test_every_findings_reproducer_still_shows_it(finding):
-    pytest.importorskip(finding.library)
+    if importlib.util.find_spec(finding.library) is None:  # keras must not be imported here
+        pytest.skip(f"{finding.library} is not installed")
     run = subprocess.run(
         [sys.executable, "-c", finding.reproducer], capture_output=True, text=True, timeout=600
     )

@@ -44,16 +44,26 @@ MODES = {
     "xdist": (*PYTEST, "-n", "2"),
     "attnspec run": ("conformance", "run", "--profile", "verdicts"),
 }
+# The serial run judges every claim; the other two drive the same workers through other front
+# ends, so a few claims with several tests each (enough for a worker to die three times) show
+# that those front ends keep the verdicts too, in a quarter of the time.
+CLAIMS_OF_MODE = {
+    "serial": None,
+    "xdist": "OUT-FORMULA,MASK-FUTURE-INVARIANT,SOFTMAX-ROWSUM,CONTRACT-DETERMINISM",
+    "attnspec run": "OUT-FORMULA,MASK-FUTURE-INVARIANT,SOFTMAX-ROWSUM,CONTRACT-DETERMINISM",
+}
 
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_misbehaving_implementations_fail_and_spare_the_others(mode, tmp_path):
     report_path = tmp_path / "report.json"
     module, *args = MODES[mode]
+    claims = CLAIMS_OF_MODE[mode]
     started = time.monotonic()
     run = run_module(
         module,
         *args,
+        *(["--claims", claims] if claims else []),
         "--impl",
         ",".join(["numpy", *MISBEHAVING]),
         "--report-json",
@@ -70,6 +80,7 @@ def test_misbehaving_implementations_fail_and_spare_the_others(mode, tmp_path):
         claim.id: NUMPY_NOT_MET.get(claim.id, "met")
         for claim in load_catalogue()
         if claim.checked_on in ("implementations", "both")
+        and (claims is None or claim.id in claims.split(","))
     }
     numpy_claims = {c: e["verdict"] for c, e in verdicts["numpy"]["claims"].items()}
     assert numpy_claims == expected

@@ -9,6 +9,7 @@ float32.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 
@@ -55,14 +56,28 @@ class KerasDotProductAttention(NumpyArrays, Implementation):
 
     def attention(self, q, k, v, *, causal=True, scale=None):
         keras = self._keras()
-        tq, tk = q.shape[-2], k.shape[-2]
-        options = dict(scale=scale)
-        if causal and self.bridged:
-            options["mask"] = keras.ops.convert_to_tensor(causal_mask(tq, tk))
-        elif causal:
-            options["is_causal"] = True
-        out = keras.ops.dot_product_attention(
-            *(keras.ops.convert_to_tensor(np.swapaxes(x, 1, 2)) for x in (q, k, v)),  # (B, T, H, D)
-            **options,
+        attend = self._compiled(causal, scale)
+        out = attend(
+            *(keras.ops.convert_to_tensor(np.swapaxes(x, 1, 2)) for x in (q, k, v))  # (B, T, H, D)
         )
         return np.swapaxes(keras.ops.convert_to_numpy(out), 1, 2)  # (B, H, Tq, D)
+
+    @functools.cache  # noqa: B019 - one function per adapter, causal flag and scale
+    def _compiled(self, causal: bool, scale: float | None):
+        """The call; on the jax backend under ``jax.jit``, as a Keras model on jax compiles its
+        step (``jit_compile``), so each shape compiles once rather than op by op."""
+        keras = self._keras()
+
+        def attend(q, k, v):  # (B, T, H, D)
+            options = dict(scale=scale)
+            if causal and self.bridged:
+                options["mask"] = keras.ops.convert_to_tensor(causal_mask(q.shape[1], k.shape[1]))
+            elif causal:
+                options["is_causal"] = True
+            return keras.ops.dot_product_attention(q, k, v, **options)
+
+        if self.backend == "jax":
+            import jax
+
+            return jax.jit(attend)
+        return attend

@@ -77,9 +77,10 @@ class FlexAttention(TorchArrays, Implementation):
     """``torch.nn.attention.flex_attention.flex_attention`` with a ``create_block_mask`` of the
     documented causal ``mask_mod``, ``q_idx >= kv_idx``: top-left aligned. The bridged adapter's
     mask_mod is ``q_idx + Tk - Tq >= kv_idx``. Called eagerly (no ``torch.compile``), as on a
-    CPU without a compiler toolchain set up."""
+    CPU without a compiler toolchain set up. No autograd: "FlexAttention does not support
+    backward on CPU" (its own error)."""
 
-    capabilities = Capabilities(dtypes=("float64", "float32"), autograd=True)
+    capabilities = Capabilities(dtypes=("float64", "float32"))
 
     def __init__(self, bridged: bool):
         self.bridged = bridged
