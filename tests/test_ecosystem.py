@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from conformance.report import ecosystem
+from conformance.run.workers import open_clients
 from impls.ecosystem.findings import FINDINGS
 from impls.registry import ECOSYSTEM, resolve
 from spec.dtypes import round_to
@@ -40,31 +41,33 @@ def test_the_tox_env_runs_every_adapter():
     assert tox["ecosystem"]["adapters"].strip().split(",") == list(ECOSYSTEM)
 
 
-def available(name: str):
-    impl = resolve(name)
-    reason = impl.unavailable_reason()
-    if reason:
-        pytest.skip(f"{name} cannot run here: {reason}")
-    return impl
-
-
 PAIRS = sorted({name.rsplit("_", 1)[0] for name in ECOSYSTEM if name.endswith("_naive")})
 
 
 @pytest.mark.parametrize("library_call", PAIRS)
 def test_the_bridged_adapter_sees_the_cache_and_the_naive_one_does_not(library_call):
-    """A chunk of 3 queries against 7 keys: the last query sits at position 6 and sees all 7."""
-    naive, bridged = available(f"{library_call}_naive"), available(f"{library_call}_bridged")
-    rng = np.random.default_rng(0)
-    q, k, v = (round_to(rng.standard_normal((1, 2, t, 8)), "float32") for t in (3, 7, 7))
-    truth = reference_attention(q, k, v, causal=True)
+    """A chunk of 3 queries against 7 keys: the last query sits at position 6 and sees all 7.
+    Each adapter runs in a worker of its own, as in a run (Keras picks one backend a process)."""
+    clients = open_clients([f"{library_call}_naive", f"{library_call}_bridged"])
+    try:
+        for client in clients:
+            reason = client.unavailable_reason()
+            if reason:
+                pytest.skip(f"{client.name} cannot run here: {reason}")
+        rng = np.random.default_rng(0)
+        q, k, v = (round_to(rng.standard_normal((1, 2, t, 8)), "float32") for t in (3, 7, 7))
+        truth = reference_attention(q, k, v, causal=True)
 
-    def error(impl):
-        native = [impl.from_numpy(x, "float32") for x in (q, k, v)]
-        return np.abs(impl.to_numpy(impl.attention(*native, causal=True)) - truth).max()
+        def error(client):
+            native = [client.from_numpy(x, "float32") for x in (q, k, v)]
+            return np.abs(client.to_numpy(client.attention(*native, causal=True)) - truth).max()
 
-    assert error(bridged) < 1e-5
-    assert error(naive) > 0.1
+        naive, bridged = clients
+        assert error(bridged) < 1e-5
+        assert error(naive) > 0.1
+    finally:
+        for client in clients:
+            client.close()
 
 
 @pytest.mark.parametrize(

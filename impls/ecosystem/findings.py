@@ -253,6 +253,7 @@ def top_left_reproducer(setup: str, causal_call: str) -> str:
 import numpy as np
 {setup.strip()}
 
+
 rng = np.random.default_rng(0)
 q, k, v = (rng.standard_normal((1, 1, t, 8)).astype(np.float32) for t in (2, 5, 5))
 chunk = attend(q, k, v)  # {causal_call}
@@ -290,6 +291,7 @@ assert out[..., :-1, :].isnan().all() and not out[..., -1, :].isnan().any()
             """
 import torch
 
+
 def mha(q, k, v, mask):
     module = torch.nn.MultiheadAttention(8, 1, bias=False, batch_first=True)
     with torch.no_grad():
@@ -298,8 +300,10 @@ def mha(q, k, v, mask):
     q, k, v = (torch.from_numpy(x[:, 0]) for x in (q, k, v))
     return module(q, k, v, attn_mask=mask, need_weights=False)[0][:, None].detach().numpy()
 
+
 def attend(q, k, v):
     return mha(q, k, v, torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).triu(1))
+
 
 def attend_all(q, k, v):
     return mha(q, k, v, None)
@@ -319,11 +323,13 @@ def attend_all(q, k, v):
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+
 def attend(q, k, v):
     tq, tk = q.shape[2], k.shape[2]
     mask = create_block_mask(lambda b, h, i, j: i >= j, None, None, tq, tk, device="cpu")
     q, k, v = (torch.from_numpy(x) for x in (q, k, v))
     return flex_attention(q, k, v, block_mask=mask).numpy()
+
 
 def attend_all(q, k, v):
     q, k, v = (torch.from_numpy(x) for x in (q, k, v))
@@ -333,8 +339,8 @@ def attend_all(q, k, v):
         ),
     ),
     Finding(
-        summary="flex_attention with an infinite scale and a causal block mask returns zeros "
-        "in the first row instead of NaN everywhere or an error",
+        summary="flex_attention with an infinite scale and a causal block mask returns finite "
+        "values in some rows (zeros in the first) instead of NaN everywhere or an error",
         kind=DEVIATION,
         library="torch",
         adapters=("torch_flex_naive", "torch_flex_bridged"),
@@ -346,7 +352,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 q, k, v = torch.randn(1, 2, 8, 4), torch.randn(1, 2, 8, 4), torch.randn(1, 2, 8, 4)
 causal = create_block_mask(lambda b, h, i, j: i >= j, None, None, 8, 8, device="cpu")
 out = flex_attention(q, k, v, block_mask=causal, scale=float("inf"))
-assert (out[..., 0, :] == 0).all()  # the first row, one key: 0 where the formula gives NaN
+assert not out.isnan().all()  # the formula's arithmetic gives NaN everywhere
 """,
     ),
     Finding(
@@ -426,9 +432,11 @@ import os
 os.environ["KERAS_BACKEND"] = "numpy"
 import keras
 
+
 def attend(q, k, v):
     t = lambda x: np.swapaxes(x, 1, 2)  # (B, T, H, D)
     return t(keras.ops.dot_product_attention(t(q), t(k), t(v), is_causal=True))
+
 
 def attend_all(q, k, v):
     t = lambda x: np.swapaxes(x, 1, 2)
@@ -540,10 +548,10 @@ assert np.abs(out - exact).max() > 1e-9  # float64 rounding is about 1e-16
     ),
     Finding(
         summary="Flax's `nnx.dot_product_attention(is_causal=True)` is top-left aligned when "
-        "Tq != Tk, and a mask that hides every key of a row gives it the mean of all values",
+        "Tq != Tk (its documentation does not say which)",
         kind=CONVENTION,
         library="flax",
-        adapters=("flax_nnx_naive", "flax_nnx_bridged"),
+        adapters=("flax_nnx_naive",),
         tests=TOP_LEFT_TESTS,
         reproducer=top_left_reproducer(
             """
@@ -552,9 +560,11 @@ import jax
 jax.config.update("jax_enable_x64", True)
 from flax import nnx
 
+
 def attend(q, k, v):
     t = lambda x: np.swapaxes(x, 1, 2)  # (B, T, H, D)
     return t(np.asarray(nnx.dot_product_attention(t(q), t(k), t(v), is_causal=True)))
+
 
 def attend_all(q, k, v):
     t = lambda x: np.swapaxes(x, 1, 2)
@@ -565,18 +575,20 @@ def attend_all(q, k, v):
     ),
     Finding(
         summary="tinygrad's `scaled_dot_product_attention(is_causal=True)` is top-left aligned "
-        "when Tq != Tk, and it masks by adding -inf, so a NaN in a future key reaches past rows",
+        "when Tq != Tk (its documentation does not say which)",
         kind=CONVENTION,
         library="tinygrad",
-        adapters=("tinygrad_naive", "tinygrad_bridged"),
-        tests=(*TOP_LEFT_TESTS, "test_nonfinite_future_keys_do_not_reach_past_rows*"),
+        adapters=("tinygrad_naive",),
+        tests=TOP_LEFT_TESTS,
         reproducer=top_left_reproducer(
             """
 from tinygrad import Tensor
 
+
 def attend(q, k, v):
     q, k, v = (Tensor(x) for x in (q, k, v))
     return q.scaled_dot_product_attention(k, v, is_causal=True).numpy()
+
 
 def attend_all(q, k, v):
     q, k, v = (Tensor(x) for x in (q, k, v))
@@ -620,6 +632,42 @@ for seed in range(200):
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal, scale=float("inf"))
     finite_rows += int((~out.isnan()).all(dim=-1).sum())
 assert finite_rows > 0
+""",
+    ),
+    Finding(
+        summary="Flax's mask gives a query row that sees no key the mean of all values: neither "
+        "zeros, NaN nor an error",
+        kind=DEVIATION,
+        library="flax",
+        adapters=("flax_nnx_bridged",),
+        tests=("test_convention_inputs_raise_or_follow_the_convention[*-causal-Tq>Tk]",),
+        reproducer="""
+import numpy as np
+from flax import nnx
+
+rng = np.random.default_rng(0)
+q, k, v = (rng.standard_normal((1, t, 1, 4)).astype("float32") for t in (3, 2, 2))
+mask = np.tril(np.ones((1, 1, 3, 2), bool), -1)  # bottom-right: query 0 sees neither key
+out = np.asarray(nnx.dot_product_attention(q, k, v, mask=mask))
+assert np.allclose(out[0, 0, 0], v[0, :, 0].mean(axis=0), atol=1e-6)
+""",
+    ),
+    Finding(
+        summary="tinygrad masks by adding -inf to the scores, for `is_causal` and a boolean "
+        "`attn_mask` alike: a NaN in a future key reaches past rows (NaN + -inf is NaN)",
+        kind=DEVIATION,
+        library="tinygrad",
+        adapters=("tinygrad_naive", "tinygrad_bridged"),
+        tests=("test_nonfinite_future_keys_do_not_reach_past_rows*",),
+        reproducer="""
+import numpy as np
+from tinygrad import Tensor
+
+rng = np.random.default_rng(0)
+q, k, v = (rng.standard_normal((1, 1, 4, 8)).astype("float32") for _ in range(3))
+k[..., 3, :] = np.nan  # seen by row 3 only
+out = Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), is_causal=True).numpy()
+assert np.isnan(out[..., 0, :]).all()
 """,
     ),
 ]

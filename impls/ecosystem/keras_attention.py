@@ -30,6 +30,10 @@ class KerasDotProductAttention(NumpyArrays, Implementation):
     def __init__(self, backend: str, bridged: bool):
         self.backend = backend
         self.bridged = bridged
+        if backend == "jax":
+            # Under jax.jit, jax's CPU dot_general refuses float16 with float32 accumulation
+            # ("The precision 'F16_F16_F32' is not supported by dot_general on CPU").
+            self.capabilities = Capabilities(dtypes=("float32",), distinct_value_dim=False)
         self.name = f"keras_{backend}_{'bridged' if bridged else 'naive'}"
 
     def _keras(self):
