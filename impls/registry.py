@@ -72,83 +72,67 @@ def _adapter(module: str, factory: str, note: str, **kwargs) -> Builtin:
     return Builtin(f"impls.ecosystem.{module}", factory, tuple(kwargs.items()), note)
 
 
+def _naive_and_bridged(prefix: str, module: str, factory: str, note: str, **kwargs):
+    """``{prefix}_naive`` and ``{prefix}_bridged``: one adapter class, ``bridged`` False or True."""
+    return {
+        f"{prefix}_{form}": _adapter(module, factory, note, **kwargs, bridged=form == "bridged")
+        for form in ("naive", "bridged")
+    }
+
+
 # The ecosystem's attention, called as each library documents it (impls/ecosystem): selected by
 # name, never part of the default run. *_naive is the documented call, *_bridged the same call
 # meeting the contract where the library's convention differs.
 ECOSYSTEM: dict[str, Builtin] = {
-    **{
-        f"torch_sdpa_{form}": _adapter(
-            "torch_functional",
-            "TorchSdpa",
-            "F.scaled_dot_product_attention, unchecked",
-            bridged=form == "bridged",
-        )
-        for form in ("naive", "bridged")
-    },
-    **{
-        f"torch_mha_{form}": _adapter(
-            "torch_functional",
-            "MultiheadAttention",
-            "nn.MultiheadAttention, identity projections, triu attn_mask",
-            bridged=form == "bridged",
-        )
-        for form in ("naive", "bridged")
-    },
-    **{
-        f"torch_flex_{form}": _adapter(
-            "torch_functional",
-            "FlexAttention",
-            "flex_attention with a causal block mask, eager",
-            bridged=form == "bridged",
-        )
-        for form in ("naive", "bridged")
-    },
-    **{
-        f"transformers_sdpa_{form}": _adapter(
-            "transformers_attention",
-            "TransformersSdpa",
-            "transformers' sdpa_attention_forward",
-            bridged=form == "bridged",
-        )
-        for form in ("naive", "bridged")
-    },
+    **_naive_and_bridged(
+        "torch_sdpa", "torch_functional", "TorchSdpa", "F.scaled_dot_product_attention, unchecked"
+    ),
+    **_naive_and_bridged(
+        "torch_mha",
+        "torch_functional",
+        "MultiheadAttention",
+        "nn.MultiheadAttention, identity projections, triu attn_mask",
+    ),
+    **_naive_and_bridged(
+        "torch_flex",
+        "torch_functional",
+        "FlexAttention",
+        "flex_attention with a causal block mask, eager",
+    ),
+    **_naive_and_bridged(
+        "transformers_sdpa",
+        "transformers_attention",
+        "TransformersSdpa",
+        "transformers' sdpa_attention_forward",
+    ),
     "transformers_llama_eager": _adapter(
         "transformers_attention",
         "TransformersLlamaEager",
         "transformers' Llama eager_attention_forward, additive mask",
     ),
     **{
-        f"keras_{backend}_{form}": _adapter(
+        name: adapter
+        for backend in ("numpy", "torch", "jax")
+        for name, adapter in _naive_and_bridged(
+            f"keras_{backend}",
             "keras_attention",
             "KerasDotProductAttention",
             f"keras.ops.dot_product_attention, {backend} backend",
             backend=backend,
-            bridged=form == "bridged",
-        )
-        for backend in ("numpy", "torch", "jax")
-        for form in ("naive", "bridged")
+        ).items()
     },
-    **{
-        f"flax_nnx_{form}": _adapter(
-            "flax_attention",
-            "FlaxDotProductAttention",
-            "flax.nnx.dot_product_attention",
-            bridged=form == "bridged",
-        )
-        for form in ("naive", "bridged")
-    },
+    **_naive_and_bridged(
+        "flax_nnx", "flax_attention", "FlaxDotProductAttention", "flax.nnx.dot_product_attention"
+    ),
     "mlx_fast": _adapter(
         "mlx_attention", "MlxFastAttention", "mlx.core.fast.scaled_dot_product_attention, CPU"
     ),
-    **{
-        f"tinygrad_{form}": _adapter(
-            "tinygrad_attention",
-            "TinygradAttention",
-            "tinygrad Tensor.scaled_dot_product_attention",
-            bridged=form == "bridged",
-        )
-        for form in ("naive", "bridged")
-    },
+    **_naive_and_bridged(
+        "tinygrad",
+        "tinygrad_attention",
+        "TinygradAttention",
+        "tinygrad Tensor.scaled_dot_product_attention",
+    ),
 }
 
 
