@@ -122,6 +122,23 @@ def test_nonfinite_future_keys_and_values_are_judged_apart(suite, tmp_path):
     }
 
 
+def test_a_scale_is_never_sent_to_an_implementation_that_declares_none(suite, tmp_path):
+    """CONTRACT-ERRORS's NaN and infinite scales go only to implementations that take a scale:
+    one whose scale is fixed, and says so, ignores them and must not fail for it."""
+    report = tmp_path / "report.json"
+    run = suite(
+        "--impl",
+        "tests.planted.fixed_scale:FixedScale",
+        "--claims",
+        "CONTRACT-ERRORS",
+        "--report-json",
+        str(report),
+    )
+    assert run.returncode == 0, run.stdout[-3000:]
+    subject = next(s for s in json.loads(report.read_text())["subjects"] if s["selector"])
+    assert subject["claims"]["CONTRACT-ERRORS"]["verdict"] == "met"
+
+
 def test_implementations_are_judged_on_the_same_inputs(suite, tmp_path):
     """A test's inputs come from the run's seed, the test and its case, never from the name of
     the implementation: renaming one cannot change its verdict, and every implementation in a run
