@@ -10,7 +10,9 @@
 //
 // Kernel versions side by side:
 //   flash_{f16,bf16}_d{32,64,128}  tensor cores (mma.sync m16n8k16), float32 accumulation;
-//                                  4 warps x 16 query rows, Q kept in registers as A fragments.
+//                                  4 warps x 16 query rows, Q kept in registers as A fragments;
+//                                  K and V fragments by ldmatrix, tiles copied by cp.async while
+//                                  the previous step computes, the mask only on partial tiles.
 //   flash_f32_d{32,64,128}         float32 on the CUDA cores; 2 threads per query row.
 //
 // 16-bit values travel as raw bits (unsigned short) and are converted with PTX cvt, so the source
@@ -85,19 +87,68 @@ __device__ __forceinline__ bits32 load_pair(const bits16* base, int row, int row
     return row < rows ? *reinterpret_cast<const bits32*>(base + (size_t)row * HEAD_DIM + col) : 0u;
 }
 
-// Rows [start, start + BLOCK_N) of a (rows, HEAD_DIM) array into shared memory, zeros past the end.
-template <int HEAD_DIM, int THREADS>
-__device__ __forceinline__ void load_tile(bits16 (*tile)[HEAD_DIM + ROW_PAD], const bits16* src,
-                                          int start, int rows) {
-    constexpr int CHUNKS = HEAD_DIM / 8;  // 16-byte chunks per row
-    for (int idx = threadIdx.x; idx < BLOCK_N * CHUNKS; idx += THREADS) {
-        const int r = idx / CHUNKS, c = (idx % CHUNKS) * 8;
-        uint4 chunk = make_uint4(0u, 0u, 0u, 0u);
-        if (start + r < rows)
-            chunk = *reinterpret_cast<const uint4*>(src + (size_t)(start + r) * HEAD_DIM + c);
-        *reinterpret_cast<uint4*>(&tile[r][c]) = chunk;
-    }
+// --- data movement: ldmatrix and cp.async -----------------------------------------------------
+
+#ifndef ATTNSPEC_HOST_EMULATION  // tests/cuda_emulation/host_cuda.h has its own
+__device__ __forceinline__ unsigned shared_address(const void* pointer) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
 }
+
+// ldmatrix.x4: four 8x8 matrices of 16-bit elements from shared memory in one instruction. Lane i
+// gives the address of row i % 8 of matrix i / 8; register j of lane l receives matrix j's
+// elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1), or with TRANSPOSE (2 (l % 4), l / 4)
+// and (2 (l % 4) + 1, l / 4), the first in the lower half.
+template <bool TRANSPOSE>
+__device__ __forceinline__ void load_matrices(bits32 (&r)[4], const bits16* row) {
+    if (TRANSPOSE)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(shared_address(row))
+                     : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(shared_address(row))
+                     : "memory");
+}
+
+// cp.async: 16 bytes from global to shared memory without passing through registers, or 16 zero
+// bytes where `inside` is false (a source size of 0). Copies are committed in groups, and
+// wait_copies<N> returns once all but the N most recently committed groups have landed.
+__device__ __forceinline__ void copy_async(void* destination, const void* source, bool inside) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(destination)),
+                 "l"(source), "r"(inside ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void wait_copies() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
+}
+#endif
+
+// Starts copying rows [start, start + BLOCK_N) of a (rows, HEAD_DIM) array into a shared tile,
+// zeros past the end, and commits the copies as one group.
+template <int HEAD_DIM, int THREADS>
+__device__ __forceinline__ void start_tile_copy(bits16 (*tile)[HEAD_DIM + ROW_PAD],
+                                                const bits16* src, int start, int rows) {
+    constexpr int CHUNKS = HEAD_DIM / 8;  // 16-byte chunks per row
+    static_assert(BLOCK_N * CHUNKS % THREADS == 0, "every thread copies as many chunks");
+#pragma unroll
+    for (int i = 0; i < BLOCK_N * CHUNKS / THREADS; ++i) {
+        const int idx = threadIdx.x + i * THREADS;
+        const int r = idx / CHUNKS, c = (idx % CHUNKS) * 8;
+        const bool inside = start + r < rows;
+        // Past the end the copy reads nothing, but its source must still be a valid address.
+        copy_async(&tile[r][c], src + (inside ? (size_t)(start + r) * HEAD_DIM + c : 0), inside);
+    }
+    commit_copies();
+}
+
+template <bool VALUE>
+struct Flag {
+    static constexpr bool value = VALUE;
+};
 
 // --- tensor-core kernel (float16, bfloat16) ---------------------------------------------------
 //
@@ -106,8 +157,13 @@ __device__ __forceinline__ void load_tile(bits16 (*tile)[HEAD_DIM + ROW_PAD], co
 //                         a3 = (group+8, 2tig+8..)
 //   B (16x8, col-major):  b0 = (k 2tig..+1, n group), b1 = (k 2tig+8..+9, n group)
 //   C (16x8, float32):    c0, c1 = (group, 2tig..+1), c2, c3 = (group+8, 2tig..+1)
-// So S = Q K^T takes B straight from K's rows in shared memory, and the probabilities of two
+// So the B fragments of S = Q K^T are ldmatrix's registers for 8x8 blocks of K's rows as they lie
+// in shared memory, those of P V the transposed ones for V's, and the probabilities of two
 // adjacent 8-key C tiles are exactly the A fragment of one 16-key k-step of P V.
+//
+// Per key tile, four barriers: K has landed; every warp has read K (the next tile's K may be
+// copied in while this tile's softmax runs); V has landed; every warp has read V. Only the tiles
+// that some row of the block sees in part (the diagonal, a window's edge, past Tk) compute a mask.
 
 template <int HEAD_DIM, typename Format>
 __device__ __forceinline__ void flash_forward_tensor_cores(
@@ -120,6 +176,7 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int group = lane / 4, tig = lane % 4;
+    const int matrix = lane / 8, matrix_row = lane % 8;  // the row this lane addresses for ldmatrix
     const int bh = blockIdx.y;
     const int block_start = blockIdx.x * BLOCK_M;
     const int offset = tk - tq;
@@ -148,11 +205,18 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
 
     const int end = causal ? min(tk, block_start + BLOCK_M + offset) : tk;
     const int first = first_tile(block_start + offset, window);
-    for (int tile_start = first; tile_start < end; tile_start += BLOCK_N) {
-        __syncthreads();  // the previous tile is no longer read
-        load_tile<HEAD_DIM, TENSOR_CORE_THREADS>(k_tile, k, tile_start, tk);
-        load_tile<HEAD_DIM, TENSOR_CORE_THREADS>(v_tile, v, tile_start, tk);
-        __syncthreads();
+    // Whether some row of the block sees only part of the tile at tile_start.
+    auto seen_in_part = [&](int tile_start) {
+        return tile_start + BLOCK_N > tk ||
+               (causal && tile_start + BLOCK_N - 1 > block_start + offset) ||
+               (window >= 0 && tile_start < block_start + BLOCK_M - 1 + offset - window);
+    };
+
+    auto key_tile = [&](int tile_start, auto masked) {
+        constexpr bool MASKED = decltype(masked)::value;
+        const int next = tile_start + BLOCK_N;
+        wait_copies<1>();  // this thread's copies of K (V's may still be on their way)
+        __syncthreads();   // everyone's
 
         float s[BLOCK_N / 8][4];
 #pragma unroll
@@ -160,24 +224,34 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
 #pragma unroll
         for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
 #pragma unroll
-            for (int t = 0; t < BLOCK_N / 8; ++t) {
-                const bits16* key = &k_tile[t * 8 + group][kk * 16 + 2 * tig];
-                Format::mma(s[t], q_frag[kk], *reinterpret_cast<const bits32*>(key),
-                            *reinterpret_cast<const bits32*>(key + 8));
+            for (int t = 0; t < BLOCK_N / 8; t += 2) {
+                // matrix j: keys (t + j / 2) * 8 .., head dims kk * 16 + (j % 2) * 8 ..
+                bits32 b[4];
+                load_matrices<false>(
+                    b, &k_tile[(t + matrix / 2) * 8 + matrix_row][kk * 16 + (matrix % 2) * 8]);
+                Format::mma(s[t], q_frag[kk], b[0], b[1]);
+                Format::mma(s[t + 1], q_frag[kk], b[2], b[3]);
             }
         }
+        __syncthreads();  // K is no longer read: the next tile's may come in
+        if (next < end) start_tile_copy<HEAD_DIM, TENSOR_CORE_THREADS>(k_tile, k, next, tk);
+        else commit_copies();  // an empty group keeps wait_copies<1> counting right
 
         float tile_max[2] = {negative_infinity(), negative_infinity()};
 #pragma unroll
         for (int t = 0; t < BLOCK_N / 8; ++t) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int row = row0 + 8 * (e / 2);
-                const int col = tile_start + t * 8 + 2 * tig + (e % 2);
-                const bool visible = col < tk && (!causal || col <= row + offset) &&
-                                     (window < 0 || col >= row + offset - window);
-                // Overwritten, not added to: a NaN or inf future score must not survive.
-                s[t][e] = visible ? s[t][e] * scale_log2 : negative_infinity();
+                if (MASKED) {
+                    const int row = row0 + 8 * (e / 2);
+                    const int col = tile_start + t * 8 + 2 * tig + (e % 2);
+                    const bool visible = col < tk && (!causal || col <= row + offset) &&
+                                         (window < 0 || col >= row + offset - window);
+                    // Overwritten, not added to: a NaN or inf future score must not survive.
+                    s[t][e] = visible ? s[t][e] * scale_log2 : negative_infinity();
+                } else {
+                    s[t][e] *= scale_log2;
+                }
                 tile_max[e / 2] = fmaxf(tile_max[e / 2], s[t][e]);
             }
         }
@@ -215,18 +289,38 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
             acc[t][2] *= correction[1];
             acc[t][3] *= correction[1];
         }
+
+        wait_copies<1>();  // this tile's V (the next tile's K may still be on its way)
+        __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-            const int key = kk * 16 + 2 * tig;
 #pragma unroll
-            for (int t = 0; t < HEAD_DIM / 8; ++t) {
-                const int col = t * 8 + group;
-                const bits32 b0 = join(v_tile[key][col], v_tile[key + 1][col]);
-                const bits32 b1 = join(v_tile[key + 8][col], v_tile[key + 9][col]);
-                Format::mma(acc[t], p_frag[kk], b0, b1);
+            for (int t = 0; t < HEAD_DIM / 8; t += 2) {
+                // matrix j, transposed: keys kk * 16 + (j % 2) * 8 .., head dims (t + j / 2) * 8 ..
+                bits32 b[4];
+                load_matrices<true>(
+                    b, &v_tile[kk * 16 + (matrix % 2) * 8 + matrix_row][(t + matrix / 2) * 8]);
+                Format::mma(acc[t], p_frag[kk], b[0], b[1]);
+                Format::mma(acc[t + 1], p_frag[kk], b[2], b[3]);
             }
         }
+        __syncthreads();  // V is no longer read
+        if (next < end) start_tile_copy<HEAD_DIM, TENSOR_CORE_THREADS>(v_tile, v, next, tk);
+        else commit_copies();
+    };
+
+    if (first < end) {
+        start_tile_copy<HEAD_DIM, TENSOR_CORE_THREADS>(k_tile, k, first, tk);
+        start_tile_copy<HEAD_DIM, TENSOR_CORE_THREADS>(v_tile, v, first, tk);
     }
+    // Masked tiles, whole tiles, masked tiles: a window's edge, the tiles every row sees whole,
+    // then the diagonal and the tile past Tk (any of the three may be empty).
+    int tile_start = first;
+    for (; tile_start < end && seen_in_part(tile_start); tile_start += BLOCK_N)
+        key_tile(tile_start, Flag<true>());
+    for (; tile_start < end && !seen_in_part(tile_start); tile_start += BLOCK_N)
+        key_tile(tile_start, Flag<false>());
+    for (; tile_start < end; tile_start += BLOCK_N) key_tile(tile_start, Flag<true>());
 
     bits16* o = O + (size_t)bh * tq * HEAD_DIM;
 #pragma unroll

@@ -53,6 +53,8 @@ def build(directory: Path) -> ctypes.CDLL:
     lib.run_flash.restype = integer
     lib.run_naive.argtypes = [*[pointer] * 5, *[integer] * 5, real, integer, integer]
     lib.run_naive.restype = None
+    lib.emulation_race.argtypes = []
+    lib.emulation_race.restype = ctypes.c_char_p
     return lib
 
 
@@ -131,6 +133,9 @@ class EmulatedCupyFlash(EmulatedKernels):
         )  # fmt: skip
         if status != 0:
             raise ValueError(f"no flash kernel for dtype={dtype}, D={d}")
+        race = library().emulation_race().decode()
+        if race:
+            raise RuntimeError(f"{flash_entry_point(dtype, d)}: shared-memory race: {race}")
         return out, lse
 
 

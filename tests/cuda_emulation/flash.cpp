@@ -29,3 +29,6 @@ extern "C" int run_flash(const char* name, const void* q, const void* k, const v
     RUN_IF(flash_f32_d128, F32_THREADS, float)
     return 1;
 }
+
+// The first race the last launch saw (host_cuda.h), or an empty string.
+extern "C" const char* emulation_race() { return race.c_str(); }

@@ -1,8 +1,13 @@
 // Enough of CUDA, on the host, to run the kernels of impls/*.cu unchanged on the CPU.
 //
 // Each CUDA thread of a block is a fiber; blocks run one after another. __syncthreads() is a
-// barrier of the block, and the warp-collective operations the kernels use (__shfl_xor_sync and
-// mma.sync m16n8k16) exchange values through per-warp staging arrays between two warp barriers.
+// barrier of the block, and the warp-collective operations the kernels use (__shfl_xor_sync,
+// ldmatrix and mma.sync m16n8k16) exchange values through per-warp staging arrays between two warp
+// barriers. cp.async poisons its destination when issued and copies at the wait that covers it, so
+// a tile read before its wait shows as NaN; and every 16-byte chunk that cp.async writes or
+// ldmatrix reads remembers which warps touched it since the last __syncthreads(), so that a write
+// and a read by different warps with no barrier between them is reported as a race
+// (emulation_error()), whichever the fibers happened to run first.
 // __shared__ variables become static locals: one per kernel instantiation, shared by the block's
 // threads, reused by the next block. mma follows the PTX ISA's fragment layout for m16n8k16
 // (A row-major 16x16, B column-major 16x8, C/D 16x8 float32) and sums each dot product in double.
@@ -19,6 +24,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <string>
+#include <unordered_map>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -84,12 +92,36 @@ struct WarpState {
     FiberBarrier barrier;
     float exchange[32];
     unsigned a[32][4], b[32][2];
+    const unsigned short* rows[32];  // ldmatrix: each lane's row address
+};
+
+// One thread's cp.async copies: those not yet committed, then the committed groups, oldest first.
+struct AsyncCopy {
+    void* destination;
+    const void* source;
+    bool inside;
+};
+struct CopyQueue {
+    std::vector<AsyncCopy> open;
+    std::deque<std::vector<AsyncCopy>> committed;
+};
+
+// Who last wrote a 16-byte chunk of shared memory, and which warps read it, in barrier epochs
+// (the block barrier's generation).
+struct ChunkAccess {
+    unsigned write_epoch = ~0u, writer = 0;
+    unsigned read_epoch = ~0u, readers = 0;  // a bit per warp
 };
 
 struct BlockState {
     FiberBarrier barrier;
     std::vector<WarpState> warps;
+    std::vector<CopyQueue> copies;  // per thread
+    std::unordered_map<const void*, ChunkAccess> chunks;
 };
+
+// The first race the emulation saw since the last launch, or empty.
+inline std::string race;
 
 struct JumpPoint {
     jmp_buf buffer;
@@ -182,6 +214,7 @@ template <class Kernel>
 void launch(Index3 grid, unsigned threads_per_block, Kernel kernel) {
     Scheduler s;
     s.kernel = kernel;
+    race.clear();
     s.fibers.resize(threads_per_block);
     s.resume.resize(threads_per_block);
     s.started.resize(threads_per_block);
@@ -198,6 +231,7 @@ void launch(Index3 grid, unsigned threads_per_block, Kernel kernel) {
                 s.block = BlockState{};
                 s.block.barrier.expected = int(threads_per_block);
                 s.block.warps.resize(warps);
+                s.block.copies.resize(threads_per_block);
                 for (unsigned w = 0; w < warps; ++w)
                     s.block.warps[w].barrier.expected = int(std::min(32u, threads_per_block - 32 * w));
                 for (unsigned t = 0; t < threads_per_block; ++t) {
@@ -279,3 +313,77 @@ constexpr bool is_bfloat16(const char* ptx_type) { return ptx_type[0] == 'b'; }
 
 #define SIXTEEN_BIT_FORMAT(NAME, PTX_TYPE) \
     struct NAME : HostFormat<is_bfloat16(PTX_TYPE)> {};
+
+// --- ldmatrix and cp.async ------------------------------------------------------------------------
+
+// Records a read or a write of the 16-byte chunk at `address`; a race if another warp did the other
+// since the last barrier.
+inline void note_access(const void* address, bool write) {
+    ChunkAccess& chunk = scheduler->block.chunks[address];
+    const unsigned epoch = scheduler->block.barrier.generation, self = 1u << warp_index;
+    const bool raced = write ? chunk.read_epoch == epoch && (chunk.readers & ~self)
+                             : chunk.write_epoch == epoch && chunk.writer != self;
+    if (raced && race.empty())
+        race = std::string("block (") + std::to_string(blockIdx.x) + ", " +
+               std::to_string(blockIdx.y) + "): warp " + std::to_string(warp_index) +
+               (write ? " writes a shared-memory chunk another warp read"
+                      : " reads a shared-memory chunk another warp wrote") +
+               " with no __syncthreads() between them";
+    if (write) {
+        chunk.write_epoch = epoch;
+        chunk.writer = self;
+    } else {
+        if (chunk.read_epoch != epoch) chunk.readers = 0;
+        chunk.read_epoch = epoch;
+        chunk.readers |= self;
+    }
+}
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (PTX ISA, "Warp-level matrix load instruction:
+// ldmatrix"): lane i gives row i % 8 of matrix i / 8; lane l's register j holds matrix j's
+// elements (l / 4, 2 (l % 4) + h) for h = 0, 1 (lower half first), or with .trans
+// (2 (l % 4) + h, l / 4).
+template <bool TRANSPOSE>
+inline void load_matrices(unsigned (&r)[4], const unsigned short* row) {
+    WarpState& warp = current_warp();
+    note_access(row, false);
+    warp.rows[lane_index] = row;
+    warp.barrier.arrive_and_wait();
+    const int l = int(lane_index);
+    for (int j = 0; j < 4; ++j) {
+        const unsigned short* const* matrix = &warp.rows[8 * j];
+        unsigned short element[2];
+        for (int h = 0; h < 2; ++h)
+            element[h] = TRANSPOSE ? matrix[2 * (l % 4) + h][l / 4] : matrix[l / 4][2 * (l % 4) + h];
+        r[j] = unsigned(element[0]) | (unsigned(element[1]) << 16);
+    }
+    warp.barrier.arrive_and_wait();
+}
+
+inline CopyQueue& current_copies() { return scheduler->block.copies[scheduler->current]; }
+
+// cp.async.cg.shared.global [destination], [source], 16, inside ? 16 : 0
+inline void copy_async(void* destination, const void* source, bool inside) {
+    note_access(destination, true);
+    std::memset(destination, 0xff, 16);  // NaN in float16 and bfloat16 until the wait
+    current_copies().open.push_back({destination, source, inside});
+}
+
+inline void commit_copies() {
+    CopyQueue& queue = current_copies();
+    queue.committed.push_back(std::move(queue.open));
+    queue.open.clear();
+}
+
+template <int PENDING>
+inline void wait_copies() {
+    CopyQueue& queue = current_copies();
+    while (queue.committed.size() > std::size_t(PENDING)) {
+        for (const AsyncCopy& copy : queue.committed.front()) {
+            note_access(copy.destination, true);
+            if (copy.inside) std::memcpy(copy.destination, copy.source, 16);
+            else std::memset(copy.destination, 0, 16);
+        }
+        queue.committed.pop_front();
+    }
+}
