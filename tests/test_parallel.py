@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
 from conformance.run import threads
+from tests.suite_process import ROOT
 
 SELECTION = (
     "--impl",
@@ -90,3 +93,39 @@ def test_hypothesis_seed_reproduces_a_failure_exactly(suite):
     assert notes[0], first.stdout[-3000:]
     assert "case=Case(" in notes[0][0]
     assert notes[0] == notes[1]
+
+
+SHARED_RUN = """
+import os, sys, time
+from pathlib import Path
+from tests.zoo.kill_matrix import run_once_shared
+
+def compute():
+    with open(sys.argv[2], "a") as calls:
+        calls.write(f"{os.getpid()}\\n")
+    time.sleep(1.0)  # long enough for the other processes to ask meanwhile
+    return {"computed_by": os.getpid()}
+
+print(run_once_shared(Path(sys.argv[1]), compute)["computed_by"])
+"""
+
+
+def test_the_zoo_runs_once_however_xdist_spreads_its_tests(tmp_path):
+    """Three processes ask for the shared record at once (as xdist workers holding zoo tests
+    do): one computes it, all three read the same."""
+    record, calls = tmp_path / "zoo-run.json", tmp_path / "calls"
+    environ = dict(os.environ, PYTHONPATH=str(ROOT))
+    asking = [
+        subprocess.Popen(
+            [sys.executable, "-c", SHARED_RUN, str(record), str(calls)],
+            cwd=ROOT,
+            env=environ,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    answers = {process.communicate(timeout=60)[0].strip() for process in asking}
+    computed = calls.read_text().split()
+    assert len(computed) == 1, f"the record was computed {len(computed)} times, but should be once"
+    assert answers == set(computed), f"the processes read {answers}, computed by {computed}"

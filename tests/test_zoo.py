@@ -7,6 +7,8 @@ of the session.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -34,8 +36,12 @@ EASY_SHAPE = (1, 1, 64, 64)  # (B, H, T, D): one head, one tile, ANDREA's head d
 
 
 @pytest.fixture(scope="module")
-def zoo_run(request):
-    run = run_zoo(MEMBERS, workers=default_workers())
+def zoo_run(request, tmp_path_factory):
+    # Under xdist every worker holding a zoo test asks for the run; the session's base temporary
+    # directory, which all of them share, lets the first one run it for all.
+    under_xdist = os.environ.get("PYTEST_XDIST_WORKER") is not None
+    shared = tmp_path_factory.getbasetemp().parent if under_xdist else None
+    run = run_zoo(MEMBERS, workers=default_workers(), shared=shared)
     request.config.stash[ZOO_SUMMARY] = text_matrix(run)  # printed by tests/conftest.py
     return run
 

@@ -13,6 +13,7 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
@@ -73,8 +74,40 @@ def default_workers() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
-def run_zoo(members: dict[str, Member], *, workers: int, timeout: float = 3000) -> ZooRun:
-    """One run of the whole suite with every member selected; verdicts from its JSON report."""
+def run_zoo(
+    members: dict[str, Member], *, workers: int, timeout: float = 3000, shared: Path | None = None
+) -> ZooRun:
+    """One run of the whole suite with every member selected; verdicts from its JSON report.
+
+    With ``shared``, a directory that every xdist worker of one session sees, the first worker to
+    ask runs the suite and the others wait for its record and read it: the zoo's tests, wherever
+    xdist sends them, share one run instead of starting one per worker."""
+
+    def run() -> dict:
+        return _suite_on_zoo(members, workers=workers, timeout=timeout)
+
+    record = run() if shared is None else run_once_shared(shared / "zoo-run.json", run)
+    return _read_verdicts(members, record)
+
+
+def run_once_shared(path: Path, compute: Callable[[], dict]) -> dict:
+    """compute()'s JSON record, computed by the first process to ask and read from ``path`` by
+    every later one; a process that asks while it is being computed waits for it."""
+    import fcntl  # POSIX only, as is sharing a run between xdist workers here
+
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        if path.exists():
+            return json.loads(path.read_text())
+        record = compute()
+        scratch = path.with_suffix(".partial")
+        scratch.write_text(json.dumps(record))
+        scratch.replace(path)  # never a half-written record, even if this process dies
+        return record
+
+
+def _suite_on_zoo(members: dict[str, Member], *, workers: int, timeout: float) -> dict:
+    """The suite's JSON report on every member, with the run's duration, workers and output."""
     with tempfile.TemporaryDirectory() as scratch:
         report_path = Path(scratch) / "zoo.json"
         args = ["--impl", ",".join(m.selector for m in members.values())]
@@ -91,6 +124,11 @@ def run_zoo(members: dict[str, Member], *, workers: int, timeout: float = 3000) 
                 + (process.stdout + process.stderr)[-4000:]
             )
         report = json.loads(report_path.read_text())
+    return {"report": report, "seconds": seconds, "workers": workers, "output": process.stdout}
+
+
+def _read_verdicts(members: dict[str, Member], record: dict) -> ZooRun:
+    report = record["report"]
     by_selector = {m.selector: m for m in members.values()}
     verdicts = {}
     for subject in report["subjects"]:
@@ -112,7 +150,9 @@ def run_zoo(members: dict[str, Member], *, workers: int, timeout: float = 3000) 
     missing = sorted(set(members) - set(verdicts))
     if missing:
         raise RuntimeError(f"the zoo run's report has no verdict for {', '.join(missing)}")
-    return ZooRun(verdicts, seconds, workers, report["exit_status"], process.stdout)
+    return ZooRun(
+        verdicts, record["seconds"], record["workers"], report["exit_status"], record["output"]
+    )
 
 
 def killing_claims(run: ZooRun) -> list[str]:
