@@ -72,3 +72,24 @@ def test_naive_kernels_match_the_oracle(emulation, causal):
         assert comparison.ok, (
             f"naive Tq={tq} Tk={tk} D={d} Dv={dv} scale={scale}: {comparison.describe()}"
         )
+
+
+@pytest.mark.parametrize(
+    ("missing", "reported"),
+    [
+        (0, ""),
+        (1, "reads a shared-memory chunk another warp wrote"),
+        (2, "writes a shared-memory chunk another warp read"),
+    ],
+    ids=["both-barriers", "no-barrier-after-the-wait", "no-barrier-before-the-next-copy"],
+)
+def test_the_emulation_reports_a_race_exactly_when_a_barrier_is_missing(
+    emulation, missing, reported
+):
+    """Warp 0 copies a tile in with cp.async and both warps read it with ldmatrix, twice: the
+    race check of host_cuda.h must see a barrier left out, whichever fiber ran first."""
+    race = emulation.library().run_race_probe(missing).decode()
+    if reported:
+        assert reported in race, f"missing barrier {missing}: reported {race!r}"
+    else:
+        assert race == "", f"every barrier in place, but reported {race!r}"

@@ -25,7 +25,7 @@ from impls.cupy_flash import CupyFlash
 from impls.cupy_naive import CupyNaive
 
 HERE = Path(__file__).parent
-SOURCES_TO_BUILD = [HERE / "flash.cpp", HERE / "naive.cpp"]
+SOURCES_TO_BUILD = [HERE / "flash.cpp", HERE / "naive.cpp", HERE / "races.cpp"]
 STORAGE = {"float16": np.float16, "bfloat16": np.uint16, "float32": np.float32}
 
 
@@ -55,6 +55,8 @@ def build(directory: Path) -> ctypes.CDLL:
     lib.run_naive.restype = None
     lib.emulation_race.argtypes = []
     lib.emulation_race.restype = ctypes.c_char_p
+    lib.run_race_probe.argtypes = [ctypes.c_int]
+    lib.run_race_probe.restype = ctypes.c_char_p
     return lib
 
 
