@@ -4,8 +4,9 @@ NumPy arrays through ctypes: where no GPU is at hand, the kernels' own code stil
 ``flash`` and ``naive`` are implementations for the suite: ``python -m pytest conformance --impl
 tests.cuda_emulation:flash`` judges impls/cupy_flash.cu's kernels, launched on the host as
 ``impls/cupy_naive.py`` and ``impls/cupy_flash.py`` launch them on a GPU. What the emulation
-cannot show: the hardware's own rounding inside mma.sync, timing, races between real threads, and
-anything CuPy adds."""
+cannot show: the hardware's own rounding inside mma.sync, timing, races through plain
+shared-memory loads and stores (host_cuda.h tracks only cp.async and ldmatrix), and anything CuPy
+adds."""
 
 from __future__ import annotations
 
