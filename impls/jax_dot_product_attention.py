@@ -8,6 +8,8 @@ NaN value is NaN."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from impls.contract import (
@@ -41,25 +43,41 @@ class JaxDotProductAttention(JaxArrays, Implementation):
         variant = dict(window=window, key_lengths=key_lengths)
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
         self.check_dtypes(q, k, v)
-        jnp = _jax().numpy
         split = self.each_item_or_sequence(
             q, k, v, causal=causal, scale=scale, **variant, **packing
         )
         if split is not None:
             return split
-        scale = resolve_scale(scale, q.shape[-1])
         tq, tk = q.shape[-2], k.shape[-2]
-        # jax.nn wants (B, T, N, H); its is_causal is top-left aligned when Tq < Tk, so the
-        # bottom-right mask is passed explicitly, (Tq, Tk) broadcast over (B, N).
-        mask = jnp.asarray(causal_mask(tq, tk)) if causal else None
+        # jax.nn's is_causal is top-left aligned when Tq < Tk, so the bottom-right mask is passed
+        # explicitly, (Tq, Tk) broadcast over (B, N).
+        mask = causal_mask(tq, tk) if causal else None
         if window is not None or key_lengths is not None:
-            mask = jnp.asarray(visible_keys(tq, tk, causal=causal, **variant))  # (B|1, 1, Tq, Tk)
+            mask = visible_keys(tq, tk, causal=causal, **variant)  # (B|1, 1, Tq, Tk)
+        padding = None
         if key_lengths is not None:
             padding = np.arange(tk)[None, :] >= np.asarray(key_lengths)[:, None]  # (B, Tk)
+        return _compiled_attention()(
+            q, k, v, mask, padding, scale=resolve_scale(scale, q.shape[-1])
+        )  # (B, H, Tq, Dv)
+
+
+@functools.cache
+def _compiled_attention():
+    """The call under ``jax.jit``, as JAX code is run: op by op, every new shape compiles each
+    operation on its own (a 40-step decode took 30 s eager against a few under jit)."""
+    jax = _jax()
+    jnp = jax.numpy
+
+    @functools.partial(jax.jit, static_argnames=("scale",))
+    def attend(q, k, v, mask, padding, *, scale: float):
+        if padding is not None:  # a weight of 0 times a NaN value is NaN: zero the padding first
             k, v = (jnp.where(padding[:, None, :, None], 0, x) for x in (k, v))
-        out = _jax().nn.dot_product_attention(
-            *(jnp.swapaxes(x, 1, 2) for x in (q, k, v)),  # (B, T, H, D)
+        out = jax.nn.dot_product_attention(
+            *(jnp.swapaxes(x, 1, 2) for x in (q, k, v)),  # jax.nn wants (B, T, N, H)
             mask=mask,
             scale=scale,
         )
         return jnp.swapaxes(out, 1, 2)  # (B, H, Tq, Dv)
+
+    return attend

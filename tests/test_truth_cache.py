@@ -26,10 +26,38 @@ def test_an_entry_is_computed_once_and_keyed_by_inputs_and_parameters(tmp_path):
     again = computed_by(cache, q.copy(), {"causal": True}, calls)
     other = computed_by(cache, q, {"causal": False}, calls)
     changed = computed_by(cache, q + 1, {"causal": True}, calls)
-    assert len(calls) == 3  # the second call read the first's entry
+    assert len(calls) == 3  # the second call had the first's entry
     np.testing.assert_array_equal(again, first)
     np.testing.assert_array_equal(other, 3 * q)
     np.testing.assert_array_equal(changed, 2 * (q + 1))
+    another_process = TruthCache(tmp_path)  # nothing in its memory: it reads the entry
+    np.testing.assert_array_equal(computed_by(another_process, q, {"causal": True}, calls), 2 * q)
+    assert len(calls) == 3
+    assert another_process.reused == 1
+
+
+def test_a_process_keeps_what_it_read_read_only_and_within_its_memory(tmp_path, monkeypatch):
+    """The entries a process has seen are handed out again without reading the file (every
+    implementation asks for the same ones), as read-only arrays, since each caller gets the
+    same array; the least recently used go first once they pass REMEMBERED_BYTES."""
+    import conformance.judge.truth
+
+    monkeypatch.setattr(conformance.judge.truth, "REMEMBERED_BYTES", 2 * 12 * 8)
+    cache, calls = TruthCache(tmp_path), []
+    arrays = [np.full((3, 4), float(n)) for n in range(3)]
+    first = computed_by(cache, arrays[0], {"causal": True}, calls)
+    assert not first.flags.writeable
+    for entry in tmp_path.glob("*.npy"):
+        entry.unlink()  # only the process's memory can answer now
+    assert computed_by(cache, arrays[0], {"causal": True}, calls) is first
+    assert len(calls) == 1
+    computed_by(cache, arrays[1], {"causal": True}, calls)
+    computed_by(cache, arrays[2], {"causal": True}, calls)  # the third: the first is dropped
+    assert cache.remembered_bytes <= 2 * 12 * 8
+    for entry in tmp_path.glob("*.npy"):
+        entry.unlink()
+    np.testing.assert_array_equal(computed_by(cache, arrays[0], {"causal": True}, calls), 0.0)
+    assert len(calls) == 4
 
 
 @pytest.mark.parametrize("damage", ["flip a payload byte", "truncate", "empty"])
@@ -46,10 +74,11 @@ def test_a_damaged_entry_is_recomputed_not_trusted(tmp_path, damage):
     else:
         data = bytearray()
     entry.write_bytes(bytes(data))
-    value = computed_by(cache, q, {"causal": True}, calls)
+    another_process = TruthCache(tmp_path)  # what it did not write itself, it reads
+    value = computed_by(another_process, q, {"causal": True}, calls)
     np.testing.assert_array_equal(value, 2 * q)
     assert len(calls) == 2
-    assert cache.rejected == 1
+    assert another_process.rejected == 1
 
 
 def test_verdicts_are_the_same_with_and_without_the_shared_truth(suite, tmp_path):

@@ -6,8 +6,10 @@ case), so the oracle's output and the naive baseline need not be computed again 
 Entries are content-addressed: the key hashes what is computed, its parameters, the inputs'
 bytes, shapes and dtypes, and the source of ``spec/formula.py``, so a changed formula never meets
 an old entry. Each file holds the SHA-256 of its payload; an entry whose payload does not match,
-or that cannot be read, is recomputed and rewritten, never trusted. Without a directory (the
-``--no-truth-cache`` option, or code outside a run) everything is computed where it is asked for.
+or that cannot be read, is recomputed and rewritten, never trusted. A process keeps the entries it
+has read or written (up to :data:`REMEMBERED_BYTES`), read-only, since the next implementation
+asks for the same ones. Without a directory (the ``--no-truth-cache`` option, or code outside a
+run) everything is computed where it is asked for.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import hashlib
 import io
 import os
 import tempfile
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +35,7 @@ from spec.formula import (
 
 FORMULA_DIGEST = hashlib.sha256(Path(spec.formula.__file__).read_bytes()).hexdigest()
 DIGEST_BYTES = 32
+REMEMBERED_BYTES = 256 << 20  # a process's own copies of entries, the least recently used dropped
 
 
 class TruthCache:
@@ -40,6 +44,8 @@ class TruthCache:
     def __init__(self, directory: Path | None = None):
         self.directory = directory
         self.computed = self.reused = self.rejected = 0
+        self.remembered: OrderedDict[Path, np.ndarray] = OrderedDict()
+        self.remembered_bytes = 0
 
     def get(
         self, kind: str, inputs: str, params: dict, compute: Callable[[], np.ndarray]
@@ -49,13 +55,29 @@ class TruthCache:
         others). Needs a directory: without one, callers compute in place and hash nothing."""
         key = f"{FORMULA_DIGEST} {kind} {inputs} {sorted(params.items())!r}"
         path = self.directory / f"{hashlib.sha256(key.encode()).hexdigest()}.npy"
+        value = self.remembered.get(path)
+        if value is not None:
+            self.remembered.move_to_end(path)
+            self.reused += 1
+            return value
         value = self._read(path)
         if value is not None:
             self.reused += 1
-            return value
-        value = np.asarray(compute())
-        self.computed += 1
-        self._write(path, value)
+        else:
+            value = np.asarray(compute())
+            self.computed += 1
+            self._write(path, value)
+        return self._remember(path, value)
+
+    def _remember(self, path: Path, value: np.ndarray) -> np.ndarray:
+        """``value``, made read-only (every later caller gets this same array) and kept."""
+        value = value.view()  # compute() may have returned an array its caller still holds
+        value.flags.writeable = False
+        self.remembered[path] = value
+        self.remembered_bytes += value.nbytes
+        while self.remembered_bytes > REMEMBERED_BYTES:
+            _, dropped = self.remembered.popitem(last=False)
+            self.remembered_bytes -= dropped.nbytes
         return value
 
     def entries(self) -> int:

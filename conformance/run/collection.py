@@ -5,6 +5,7 @@ plugin, the ``attnspec`` command and the traceability test alike)."""
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -29,7 +30,13 @@ def claims_of(node: pytest.Item | Callable) -> list[str]:
 
 
 def is_conformance_test(item: pytest.Item) -> bool:
-    return CONFORMANCE_DIR in Path(item.path).resolve().parents
+    return _under_conformance(item.path)
+
+
+@functools.cache
+def _under_conformance(path: Path) -> bool:
+    # Cached: asked three times per test, and resolving a path reads the file system each time.
+    return CONFORMANCE_DIR in Path(path).resolve().parents
 
 
 def selected_of(item: pytest.Item) -> Selected | None:

@@ -10,12 +10,16 @@ from spec.formula import softmax, visible_keys
 
 def scores_of(q, k, scale: float | None) -> np.ndarray:
     """(B, H, Tq, Tk) scaled dot products, in q's dtype."""
-    return (q @ np.swapaxes(k, -1, -2)) * q.dtype.type(resolve_scale(scale, q.shape[-1]))
+    scores = q @ np.swapaxes(k, -1, -2)
+    scores *= q.dtype.type(resolve_scale(scale, q.shape[-1]))  # in place: see spec.formula.softmax
+    return scores
 
 
 def masked(scores: np.ndarray, causal: bool) -> np.ndarray:
-    """Future scores set to -inf, bottom-right aligned."""
-    return np.where(causal_mask(*scores.shape[-2:]), scores, -np.inf) if causal else scores
+    """Future scores set to -inf, bottom-right aligned, in place."""
+    if causal:
+        np.copyto(scores, -np.inf, where=~causal_mask(*scores.shape[-2:]))
+    return scores
 
 
 def attend(q, k, v, *, causal: bool, scale: float | None) -> np.ndarray:
@@ -50,7 +54,9 @@ def attend_extended(
     if zero_padded_values and key_lengths is not None:
         padding = np.arange(v.shape[-2])[None, :] >= np.asarray(key_lengths)[:, None]  # (B, Tk)
         v = np.where(padding[:, None, :, None], v.dtype.type(0), v)
-    weights = softmax(np.where(visible, scores_of(q, k, scale), -np.inf))
+    scores = scores_of(q, k, scale)
+    np.copyto(scores, -np.inf, where=~visible)
+    weights = softmax(scores)
     return (weights @ v).astype(q.dtype)
 
 
