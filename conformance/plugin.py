@@ -36,7 +36,14 @@ from conformance.run.collection import (
 )
 from conformance.run.ledger import Ledger
 from conformance.run.profiles import active_profile
-from conformance.run.recording import NOTES_KEY, TestNotes, VerdictRecorder, complete_report
+from conformance.run.recording import (
+    IMPLEMENTATION_FAILURES,
+    NOTES_KEY,
+    TestNotes,
+    VerdictRecorder,
+    complete_report,
+    message_only_failure,
+)
 from conformance.run.selection import Selected, select
 from conformance.run.settings import RunSettings, add_options
 from conformance.run.threads import describe as describe_shared_cores
@@ -240,6 +247,15 @@ def _subject(selected: Selected, request: pytest.FixtureRequest) -> Subject:
 
 def _notes(request: pytest.FixtureRequest) -> TestNotes:
     return request.node.stash.setdefault(NOTES_KEY, TestNotes())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function):
+    try:
+        return (yield)
+    except IMPLEMENTATION_FAILURES as error:
+        subject = pyfuncitem.funcargs.get("subject")
+        raise message_only_failure(error, subject.reproducer if subject else None) from None
 
 
 @pytest.hookimpl(wrapper=True)

@@ -18,10 +18,17 @@ def sample_dot_products(rng, d: int, samples: int, unit_norm: bool = False) -> n
     """``samples`` dot products of independent standard-normal d-vectors (or unit vectors)."""
     a = rng.standard_normal((samples, d), dtype=np.float32)
     b = rng.standard_normal((samples, d), dtype=np.float32)
-    if unit_norm:
-        a /= np.linalg.norm(a, axis=1, keepdims=True)
-        b /= np.linalg.norm(b, axis=1, keepdims=True)
-    return np.einsum("nd,nd->n", a, b, dtype=np.float64)
+    dots = np.empty(samples)
+    # A few rows at a time, the same values: the float64 copies that einsum makes of the whole
+    # of a and b (256 MB each at d = 4096) cost more than the products.
+    for start in range(0, samples, 256):
+        rows = slice(start, start + 256)
+        x, y = a[rows], b[rows]
+        if unit_norm:
+            x = x / np.linalg.norm(x, axis=1, keepdims=True)
+            y = y / np.linalg.norm(y, axis=1, keepdims=True)
+        dots[rows] = np.einsum("nd,nd->n", x, y, dtype=np.float64)
+    return dots
 
 
 def dot_product_std(d: int, samples: int = 8000, unit_norm: bool = False) -> float:
