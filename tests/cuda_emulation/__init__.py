@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import shutil
 import subprocess
 import tempfile
@@ -34,20 +35,51 @@ class EmulationUnavailable(RuntimeError):
     """No C++20 compiler to build the emulation with."""
 
 
-def build(directory: Path) -> ctypes.CDLL:
-    """Compile the emulated kernels into ``directory`` and load them."""
+def build_command(library: Path) -> list[str]:
     compiler = shutil.which("g++") or shutil.which("clang++")
     if compiler is None:
         raise EmulationUnavailable("no g++ or clang++ on PATH to build the host emulation")
-    library = directory / "attnspec_cuda_emulation.so"
-    command = [
+    return [
         # No _FORTIFY_SOURCE: its checked longjmp refuses to jump between fiber stacks.
         compiler, "-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-shared", "-fPIC",
         *SOURCES["cupy_flash"].options, *map(str, SOURCES_TO_BUILD), "-o", str(library),
     ]  # fmt: skip
+
+
+def build(directory: Path) -> ctypes.CDLL:
+    """Compile the emulated kernels into ``directory`` and load them."""
+    library = directory / "attnspec_cuda_emulation.so"
+    command = build_command(library)
     built = subprocess.run(command, capture_output=True, text=True)
     if built.returncode != 0:
         raise RuntimeError(f"building the emulation failed: {' '.join(command)}\n{built.stderr}")
+    return load(library)
+
+
+def built_once(directory: Path) -> ctypes.CDLL:
+    """The emulation from ``directory``, keyed by what it is built from (the sources it
+    includes and the compile command), built there by the first process to ask: a run's
+    workers, two per implementation under -n 2, each compiled it (5 s) before."""
+    import fcntl  # POSIX, as the emulation's ucontext fibers are
+
+    kernels = (HERE.parent.parent / "impls").glob("*.cu")
+    sources = sorted({*SOURCES_TO_BUILD, *HERE.glob("*.h"), *kernels})
+    key = hashlib.sha256(" ".join(build_command(Path("library.so"))).encode())
+    for source in sources:
+        key.update(source.read_bytes())
+    built = directory / f"attnspec-cuda-emulation-{key.hexdigest()[:24]}"
+    library = built / "attnspec_cuda_emulation.so"
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / f"{built.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not library.exists():
+            scratch = Path(tempfile.mkdtemp(prefix=f"{built.name}-", dir=directory))
+            build(scratch)
+            scratch.rename(built)  # whole, or not there: a process that died left only scratch
+    return load(library)
+
+
+def load(library: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(library))
     pointer, integer, real = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
     lib.run_flash.argtypes = [ctypes.c_char_p, *[pointer] * 5, *[integer] * 3, real, *[integer] * 3]
@@ -74,8 +106,8 @@ def _address(array: np.ndarray) -> int:
 
 @functools.cache
 def library() -> ctypes.CDLL:
-    """The emulation, built once per process into a directory of its own."""
-    return build(Path(tempfile.mkdtemp(prefix="attnspec-cuda-emulation-")))
+    """The emulation, built once for every process of this machine that asks for the same."""
+    return built_once(Path(tempfile.gettempdir()))
 
 
 class EmulatedKernels(Implementation):

@@ -118,6 +118,23 @@ struct BlockState {
     std::vector<WarpState> warps;
     std::vector<CopyQueue> copies;  // per thread
     std::unordered_map<const void*, ChunkAccess> chunks;
+
+    // As new for the next block, keeping the memory: allocating a deque per thread for every
+    // block cost more than many a kernel's own work.
+    void reset(unsigned threads) {
+        barrier = FiberBarrier{};
+        barrier.expected = int(threads);
+        const unsigned warp_count = (threads + 31) / 32;
+        warps.assign(warp_count, WarpState{});
+        for (unsigned w = 0; w < warp_count; ++w)
+            warps[w].barrier.expected = int(std::min(32u, threads - 32 * w));
+        copies.resize(threads);
+        for (CopyQueue& queue : copies) {
+            queue.open.clear();
+            queue.committed.clear();
+        }
+        chunks.clear();
+    }
 };
 
 // The first race the emulation saw since the last launch, or empty.
@@ -129,10 +146,11 @@ struct JumpPoint {
 
 struct Scheduler {
     static constexpr std::size_t STACK_BYTES = 256 * 1024;
-    std::vector<ucontext_t> fibers;  // each fiber's first entry
+    std::vector<ucontext_t> fibers;  // each fiber's first entry, in the launch's first block
+    std::vector<JumpPoint> restart;   // where each fiber starts the kernel again, in later blocks
     std::vector<JumpPoint> resume;    // where each started fiber continues
     std::vector<std::unique_ptr<char[]>> stacks;
-    std::vector<bool> started, finished;
+    std::vector<bool> entered, started, finished;  // entered: in any block of the launch
     jmp_buf caller;
     int current = 0;
     std::function<void()> kernel;
@@ -156,6 +174,8 @@ inline void become(int fiber) {
     become(next);
     if (s.started[next]) _longjmp(s.resume[next].buffer, 1);
     s.started[next] = true;
+    if (s.entered[next]) _longjmp(s.restart[next].buffer, 1);
+    s.entered[next] = true;
     setcontext(&s.fibers[next]);
     __builtin_unreachable();
 }
@@ -200,6 +220,10 @@ inline float __shfl_xor_sync(unsigned, float value, int lane_mask) {
 
 inline void run_fiber() {
     Scheduler& s = *scheduler;
+    // This frame is never left (a finished thread switches away for good), so each later block
+    // starts its thread by jumping back here: no getcontext/setcontext, which make a system call
+    // each (two per thread and block: most of the naive kernel's emulated time before).
+    _setjmp(s.restart[s.current].buffer);
     s.kernel();
     const int self = s.current;
     s.finished[self] = true;
@@ -216,32 +240,28 @@ void launch(Index3 grid, unsigned threads_per_block, Kernel kernel) {
     s.kernel = kernel;
     race.clear();
     s.fibers.resize(threads_per_block);
+    s.restart.resize(threads_per_block);
     s.resume.resize(threads_per_block);
+    s.entered.resize(threads_per_block);
     s.started.resize(threads_per_block);
     s.finished.resize(threads_per_block);
-    for (unsigned t = 0; t < threads_per_block; ++t)
+    for (unsigned t = 0; t < threads_per_block; ++t) {
         s.stacks.emplace_back(new char[Scheduler::STACK_BYTES]);
+        getcontext(&s.fibers[t]);
+        s.fibers[t].uc_stack.ss_sp = s.stacks[t].get();
+        s.fibers[t].uc_stack.ss_size = Scheduler::STACK_BYTES;
+        s.fibers[t].uc_link = nullptr;  // run_fiber never returns
+        makecontext(&s.fibers[t], run_fiber, 0);
+    }
     scheduler = &s;
     blockDim = {threads_per_block, 1, 1};
-    const unsigned warps = (threads_per_block + 31) / 32;
     for (unsigned z = 0; z < grid.z; ++z)
         for (unsigned y = 0; y < grid.y; ++y)
             for (unsigned x = 0; x < grid.x; ++x) {
                 blockIdx = {x, y, z};
-                s.block = BlockState{};
-                s.block.barrier.expected = int(threads_per_block);
-                s.block.warps.resize(warps);
-                s.block.copies.resize(threads_per_block);
-                for (unsigned w = 0; w < warps; ++w)
-                    s.block.warps[w].barrier.expected = int(std::min(32u, threads_per_block - 32 * w));
-                for (unsigned t = 0; t < threads_per_block; ++t) {
+                s.block.reset(threads_per_block);
+                for (unsigned t = 0; t < threads_per_block; ++t)
                     s.started[t] = s.finished[t] = false;
-                    getcontext(&s.fibers[t]);
-                    s.fibers[t].uc_stack.ss_sp = s.stacks[t].get();
-                    s.fibers[t].uc_stack.ss_size = Scheduler::STACK_BYTES;
-                    s.fibers[t].uc_link = nullptr;  // run_fiber never returns
-                    makecontext(&s.fibers[t], run_fiber, 0);
-                }
                 if (_setjmp(s.caller) == 0) enter(0);
             }
     scheduler = nullptr;
@@ -250,9 +270,20 @@ void launch(Index3 grid, unsigned threads_per_block, Kernel kernel) {
 // --- 16-bit formats and mma.sync m16n8k16 ---------------------------------------------------------
 
 inline float float16_value(unsigned short bits) {
-    _Float16 half;
-    std::memcpy(&half, &bits, sizeof half);
-    return static_cast<float>(half);
+    // From a table of the same conversions: without F16C the compiler converts _Float16 by a
+    // library call, and mma converts every element of both fragments (over half of the float16
+    // kernel's emulated time before).
+    static const std::vector<float> values = [] {
+        std::vector<float> table(1u << 16);
+        for (unsigned pattern = 0; pattern < table.size(); ++pattern) {
+            const auto half_bits = static_cast<unsigned short>(pattern);
+            _Float16 half;
+            std::memcpy(&half, &half_bits, sizeof half);
+            table[pattern] = static_cast<float>(half);
+        }
+        return table;
+    }();
+    return values[bits];
 }
 
 inline unsigned short float16_bits(float value) {
