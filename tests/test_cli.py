@@ -88,6 +88,7 @@ def test_run_folds_implementations_that_did_not_run_into_one_line():
     assert "not run here: torch_eager_cuda (torch_eager_cuda cannot run here" in matrix
 
 
+@pytest.mark.optional_libraries
 def test_run_writes_json_html_and_junit(mutant_run):
     _, out = mutant_run
     report = json.loads((out / "report.json").read_text())

@@ -31,6 +31,7 @@ def test_every_dtype_has_a_budget_with_a_reason(budgets):
 TORCH_SDPA_WORST_GRADIENT_SEED = 1836
 
 
+@pytest.mark.optional_libraries
 def test_pytorchs_own_backward_is_within_the_gradient_budget():
     from impls.torch_sdpa import TorchSdpa
 
@@ -53,6 +54,7 @@ def test_a_float32_backward_that_stores_in_bfloat16_is_outside_the_gradient_budg
     assert all(c.budget_fraction > 10 for c in comparisons.values()), comparisons
 
 
+@pytest.mark.optional_libraries
 def test_bfloat16_rounding_matches_torch():
     torch = pytest.importorskip("torch")
     values = np.random.default_rng(0).standard_normal(10_000) * 10.0 ** np.arange(-20, 20, 0.004)
