@@ -25,9 +25,11 @@ from impls.cuda_kernels import FLASH_HEAD_DIMS, SOURCES, flash_entry_point
 from impls.cupy_arrays import bfloat16_bits, bfloat16_values
 from impls.cupy_flash import CupyFlash
 from impls.cupy_naive import CupyNaive
+from tests.made_once import made_once
 
 HERE = Path(__file__).parent
 SOURCES_TO_BUILD = [HERE / "flash.cpp", HERE / "naive.cpp", HERE / "races.cpp"]
+LIBRARY = "attnspec_cuda_emulation.so"
 STORAGE = {"float16": np.float16, "bfloat16": np.uint16, "float32": np.float32}
 
 
@@ -46,37 +48,27 @@ def build_command(library: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def build(directory: Path) -> ctypes.CDLL:
-    """Compile the emulated kernels into ``directory`` and load them."""
-    library = directory / "attnspec_cuda_emulation.so"
-    command = build_command(library)
+def compile_into(directory: Path) -> None:
+    """Compile the emulated kernels into ``directory`` (made if missing) as LIBRARY."""
+    directory.mkdir(parents=True, exist_ok=True)
+    command = build_command(directory / LIBRARY)
     built = subprocess.run(command, capture_output=True, text=True)
     if built.returncode != 0:
         raise RuntimeError(f"building the emulation failed: {' '.join(command)}\n{built.stderr}")
-    return load(library)
 
 
 def built_once(directory: Path) -> ctypes.CDLL:
     """The emulation from ``directory``, keyed by what it is built from (the sources it
     includes and the compile command), built there by the first process to ask: a run's
     workers, two per implementation under -n 2, each compiled it (5 s) before."""
-    import fcntl  # POSIX, as the emulation's ucontext fibers are
-
     kernels = (HERE.parent.parent / "impls").glob("*.cu")
     sources = sorted({*SOURCES_TO_BUILD, *HERE.glob("*.h"), *kernels})
-    key = hashlib.sha256(" ".join(build_command(Path("library.so"))).encode())
+    key = hashlib.sha256(" ".join(build_command(Path(LIBRARY))).encode())
     for source in sources:
         key.update(source.read_bytes())
-    built = directory / f"attnspec-cuda-emulation-{key.hexdigest()[:24]}"
-    library = built / "attnspec_cuda_emulation.so"
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / f"{built.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not library.exists():
-            scratch = Path(tempfile.mkdtemp(prefix=f"{built.name}-", dir=directory))
-            build(scratch)
-            scratch.rename(built)  # whole, or not there: a process that died left only scratch
-    return load(library)
+    built = made_once(directory / f"attnspec-cuda-emulation-{key.hexdigest()[:24]}", compile_into)
+    return load(built / LIBRARY)
 
 
 def load(library: Path) -> ctypes.CDLL:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conformance.report.tables import markdown_table, text_table
+from tests.made_once import made_once
 from tests.suite_process import ROOT, run_suite
 from tests.zoo import Member, load_members
 
@@ -93,17 +94,8 @@ def run_zoo(
 def run_once_shared(path: Path, compute: Callable[[], dict]) -> dict:
     """compute()'s JSON record, computed by the first process to ask and read from ``path`` by
     every later one; a process that asks while it is being computed waits for it."""
-    import fcntl  # POSIX only, as is sharing a run between xdist workers here
-
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
-        if path.exists():
-            return json.loads(path.read_text())
-        record = compute()
-        scratch = path.with_suffix(".partial")
-        scratch.write_text(json.dumps(record))
-        scratch.replace(path)  # never a half-written record, even if this process dies
-        return record
+    made_once(path, lambda scratch: scratch.write_text(json.dumps(compute())))
+    return json.loads(path.read_text())
 
 
 def _suite_on_zoo(members: dict[str, Member], *, workers: int, timeout: float) -> dict:
