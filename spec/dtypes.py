@@ -44,11 +44,12 @@ def round_to(values: np.ndarray, dtype: str) -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     with np.errstate(over="ignore"):  # beyond the largest finite value, rounding gives +-inf
         if dtype == "bfloat16":
-            return _round_to_bfloat16(values.astype(np.float32)).astype(np.float64)
+            return round_float32_to_bfloat16(values.astype(np.float32)).astype(np.float64)
         return values.astype(dtype).astype(np.float64)
 
 
-def _round_to_bfloat16(values: np.ndarray) -> np.ndarray:
+def round_float32_to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """float32 ``values`` rounded to bfloat16, held in float32."""
     bits = values.view(np.uint32)
     # Round to nearest, ties to even, on the 16 bits that bfloat16 drops; NaNs keep a quiet bit.
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from spec.dtypes import check_dtype, round_to
+from spec.dtypes import check_dtype, round_float32_to_bfloat16, round_to
 
 
 def resolve_scale(scale: float | None, head_dim: int) -> float:
@@ -82,7 +82,9 @@ def softmax(scores: np.ndarray) -> np.ndarray:
 def reference_scores(q: np.ndarray, k: np.ndarray, scale: float | None = None) -> np.ndarray:
     """Scaled scores Q K^T * scale, (B, H, Tq, Tk), in float64."""
     q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
-    return (q @ k.swapaxes(-1, -2)) * resolve_scale(scale, q.shape[-1])
+    scores = q @ k.swapaxes(-1, -2)
+    scores *= resolve_scale(scale, q.shape[-1])  # in place: the same values, no second matrix
+    return scores
 
 
 def reference_masked_scores(
@@ -90,19 +92,26 @@ def reference_masked_scores(
 ):
     """Scaled scores with -inf where the mask hides a key, (B, H, Tq, Tk), in float64."""
     scores = reference_scores(q, repeat_kv_heads(q, k), scale)
-    return masked(scores, causal=causal, window=window, key_lengths=key_lengths)
+    return masked(scores, causal=causal, window=window, key_lengths=key_lengths, in_place=True)
 
 
-def masked(scores: np.ndarray, *, causal: bool, window=None, key_lengths=None) -> np.ndarray:
+def masked(
+    scores: np.ndarray, *, causal: bool, window=None, key_lengths=None, in_place: bool = False
+) -> np.ndarray:
     """``scores`` with -inf where a key is hidden: the document's causal mask, or the extensions'
-    :func:`visible_keys` where a window or key lengths are given."""
+    :func:`visible_keys` where a window or key lengths are given. ``in_place`` writes the -inf
+    into ``scores`` itself, for a caller that owns them."""
     tq, tk = scores.shape[-2:]
     if window is not None or key_lengths is not None:
         visible = visible_keys(tq, tk, causal=causal, window=window, key_lengths=key_lengths)
-        return np.where(visible, scores, -np.inf)
-    if causal:
-        return np.where(causal_mask(tq, tk), scores, -np.inf)
-    return scores
+    elif causal:
+        visible = causal_mask(tq, tk)
+    else:
+        return scores
+    if in_place:
+        np.copyto(scores, -np.inf, where=~visible)
+        return scores
+    return np.where(visible, scores, -np.inf)
 
 
 def reference_log_sum_exp(q, k, *, causal: bool = True, scale: float | None = None) -> np.ndarray:
@@ -237,11 +246,20 @@ def naive_baseline_weights(
 ):
     """The weights softmax(mask(q k^T * scale)) as a straightforward kernel in ``dtype`` has them:
     the score matmul and the weights stored in the dtype, float32 accumulation. Float64 out."""
+    return _naive_weights(q, k, dtype=dtype, causal=causal, scale=scale, **variant).astype(
+        np.float64
+    )
+
+
+def _naive_weights(q, k, *, dtype: str, causal: bool, scale: float | None, **variant):
+    """:func:`naive_baseline_weights` held in the accumulation dtype, where the products that
+    follow read them."""
     accumulate = _accumulation(dtype)
     q, k = (_rounded(x, dtype) for x in (q, repeat_kv_heads(q, k)))
     scale = accumulate(resolve_scale(scale, q.shape[-1]))
     scores = _rounded(_rounded(q @ k.swapaxes(-1, -2), dtype) * scale, dtype)
-    return _rounded(softmax(masked(scores, causal=causal, **variant)), dtype).astype(np.float64)
+    weights = softmax(masked(scores, causal=causal, in_place=True, **variant))
+    return _rounded(weights, dtype)
 
 
 def naive_baseline(
@@ -256,10 +274,9 @@ def naive_baseline(
         return per_sequence(
             naive_baseline, q, k, v, dtype=dtype, causal=causal, scale=scale, **variant
         )
-    weights = naive_baseline_weights(q, k, dtype=dtype, causal=causal, scale=scale, **variant)
-    accumulate = _accumulation(dtype)
+    weights = _naive_weights(q, k, dtype=dtype, causal=causal, scale=scale, **variant)
     v = unread_padding_zeroed(repeat_kv_heads(q, v), **variant)
-    return _rounded(weights.astype(accumulate) @ _rounded(v, dtype), dtype).astype(np.float64)
+    return _rounded(weights @ _rounded(v, dtype), dtype).astype(np.float64)
 
 
 def naive_baseline_vjp(q, k, v, grad_out, *, dtype: str, causal=True, scale=None):
@@ -267,9 +284,7 @@ def naive_baseline_vjp(q, k, v, grad_out, *, dtype: str, causal=True, scale=None
     oracle's steps (see ``reference_vjp``) with every intermediate rounded to the dtype."""
     accumulate = _accumulation(dtype)
     q, k, v, grad_out = (_rounded(x, dtype) for x in (q, k, v, grad_out))
-    weights = naive_baseline_weights(q, k, dtype=dtype, causal=causal, scale=scale).astype(
-        accumulate
-    )
+    weights = _naive_weights(q, k, dtype=dtype, causal=causal, scale=scale)
     scale = accumulate(resolve_scale(scale, q.shape[-1]))
     grad_v = _rounded(weights.swapaxes(-1, -2) @ grad_out, dtype)
     grad_weights = _rounded(grad_out @ v.swapaxes(-1, -2), dtype)
@@ -290,4 +305,15 @@ def _accumulation(dtype: str):
 
 
 def _rounded(x, dtype: str) -> np.ndarray:
-    return round_to(x, dtype).astype(_accumulation(dtype))
+    """``x`` rounded to ``dtype`` and held where a kernel in it accumulates: the values of
+    ``round_to(x, dtype).astype(accumulation)``, without its float64 round trip (four fresh
+    copies of every score matrix, a third of the default run's time). ``x`` itself when it is
+    already there: never write into the result."""
+    x = np.asarray(x)
+    with np.errstate(over="ignore"):  # beyond the largest finite value, rounding gives +-inf
+        if dtype in ("float64", "float32"):
+            return x.astype(dtype, copy=False)
+        # Widening to float64 first is exact, so narrowing from here rounds the same values.
+        if dtype == "bfloat16":
+            return round_float32_to_bfloat16(x.astype(np.float32, copy=False))
+        return x.astype(check_dtype(dtype)).astype(np.float32)

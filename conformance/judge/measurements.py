@@ -16,18 +16,20 @@ ANDREA = dict(d_model=768, heads=12, d_k=64, t=1024)
 
 def sample_dot_products(rng, d: int, samples: int, unit_norm: bool = False) -> np.ndarray:
     """``samples`` dot products of independent standard-normal d-vectors (or unit vectors)."""
-    a = rng.standard_normal((samples, d), dtype=np.float32)
-    b = rng.standard_normal((samples, d), dtype=np.float32)
     dots = np.empty(samples)
-    # A few rows at a time, the same values: the float64 copies that einsum makes of the whole
-    # of a and b (256 MB each at d = 4096) cost more than the products.
-    for start in range(0, samples, 256):
-        rows = slice(start, start + 256)
-        x, y = a[rows], b[rows]
+    # A few pairs at a time, drawn into the same two buffers: fresh memory for all of them
+    # (256 MB at d = 4096) cost several times the drawing itself, in page faults.
+    chunk = min(samples, 256)
+    a, b = np.empty((2, chunk, d), dtype=np.float32)
+    for start in range(0, samples, chunk):
+        rows = min(chunk, samples - start)
+        x, y = a[:rows], b[:rows]
+        rng.standard_normal(out=x, dtype=np.float32)
+        rng.standard_normal(out=y, dtype=np.float32)
         if unit_norm:
-            x = x / np.linalg.norm(x, axis=1, keepdims=True)
-            y = y / np.linalg.norm(y, axis=1, keepdims=True)
-        dots[rows] = np.einsum("nd,nd->n", x, y, dtype=np.float64)
+            x /= np.linalg.norm(x, axis=1, keepdims=True)
+            y /= np.linalg.norm(y, axis=1, keepdims=True)
+        dots[start : start + rows] = np.einsum("nd,nd->n", x, y, dtype=np.float64)
     return dots
 
 
