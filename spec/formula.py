@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from spec.dtypes import check_dtype, round_float32_to_bfloat16, round_to
+from spec.dtypes import check_dtype, round_float32_to_bfloat16
 
 
 def resolve_scale(scale: float | None, head_dim: int) -> float:
