@@ -158,3 +158,29 @@ def test_workers_and_in_process_give_the_same_verdicts(tmp_path):
             for s in json.loads(report_path.read_text())["subjects"]
         }
     assert verdicts["workers"] == verdicts["in-process"]
+
+
+LEFT_BEHIND = "attnspec-*"  # the workers' output files and the shared truth's directory
+
+
+@pytest.mark.parametrize(
+    ("impls", "extra", "exit_code"),
+    [
+        ("numpy,no_such_impl", (), 4),
+        ("numpy,dies_on_import:attention", (), 4),
+        (f"numpy,{CRASHING}:segfaults", ("-n", "2"), 1),
+    ],
+    ids=["resolves-to-nothing", "dies-while-resolved", "crashes-under-xdist"],
+)
+def test_a_run_leaves_nothing_in_the_temporary_directory(tmp_path, impls, extra, exit_code):
+    """Whatever the implementations did, the run removes what it wrote under TMPDIR: a suite run
+    in CI after CI must not fill the disk, one selector that failed to resolve at a time."""
+    (tmp_path / "dies_on_import.py").write_text("import os\nos._exit(3)\n")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    run = run_suite(
+        "--impl", impls, "--claims", "OUT-FORMULA", *extra,
+        env_overrides={"PYTHONPATH": str(tmp_path), "TMPDIR": str(scratch)},
+    )  # fmt: skip
+    assert run.returncode == exit_code, run.stdout[-3000:] + run.stderr[-3000:]
+    assert not sorted(scratch.glob(LEFT_BEHIND)), f"left behind: {sorted(scratch.glob('*'))}"

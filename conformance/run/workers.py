@@ -219,6 +219,11 @@ class ProcessChannel:
         self.kill()
         self.output.collect()
 
+    def discard(self) -> None:
+        """Closes a worker that serves no client, and removes the file of what it printed."""
+        self.close()
+        self.output.remove()
+
 
 class InProcessChannel:
     """The same requests, answered in the judge's own process (``--in-process``): for pdb and
@@ -407,9 +412,10 @@ class ImplementationClient:
         return self.channel.output.take()
 
     def close(self) -> None:
-        self.channel.close()
-        if not self.in_process:
-            self.channel.output.remove()
+        if self.in_process:
+            self.channel.close()
+        else:
+            self.channel.discard()
 
     def __repr__(self) -> str:
         where = "in-process" if self.in_process else "worker"
@@ -447,17 +453,19 @@ def open_clients(
         try:
             reply = channel.request(None, START_TIMEOUT)
         except TimeoutError:
+            channel.discard()
             errors.append(f"{selector!r}: did not resolve within {START_TIMEOUT:g} s")
             continue
         except ChildProcessError as exc:
             output = channel.output.take().strip()
+            channel.discard()
             errors.append(
                 f"{selector!r}: its worker died while resolving it ({exc})"
                 + (f"; it printed: {output[-1000:]}" if output else "")
             )
             continue
         if reply[0] == "registry-error":
-            channel.close()
+            channel.discard()
             errors.append(reply[1])
             continue
         client = ImplementationClient(selector, reply[1], channel, call_timeout)
