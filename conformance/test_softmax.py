@@ -85,18 +85,22 @@ def test_larger_scores_get_larger_weights(subject, dtype, case):
             keys = np.flatnonzero(visible[index[2]])
             order = keys[np.argsort(scores[index][keys])]
             s, w = scores[index][order], weights[index][order]
-            # For every pair a < b in score order with s_b - s_a > margin, w_b >= w_a.
+            # For every pair a < b in score order with s_b - s_a > margin, w_b >= w_a: the
+            # largest weight among the scores clearly below s_b is at most w_b.
             lower_weight_so_far = np.maximum.accumulate(w)
-            for b in range(1, len(order)):
-                a_max = np.searchsorted(s, s[b] - margin, side="right")  # scores clearly below
-                if a_max and lower_weight_so_far[a_max - 1] > w[b]:
-                    fail(
-                        subject,
-                        case,
-                        f"{source} row {index}: key {order[b]} has score {s[b]:.6g} and weight "
-                        f"{w[b]!r}, but a key with a lower score has weight "
-                        f"{lower_weight_so_far[a_max - 1]!r}",
-                    )
+            clearly_below = np.searchsorted(s, s - margin, side="right")  # (keys,) counts
+            largest_below = np.where(
+                clearly_below > 0, lower_weight_so_far[np.maximum(clearly_below - 1, 0)], -np.inf
+            )
+            broken = np.flatnonzero(largest_below > w)
+            if broken.size:
+                b = broken[0]
+                fail(
+                    subject,
+                    case,
+                    f"{source} row {index}: key {order[b]} has score {s[b]:.6g} and weight "
+                    f"{w[b]!r}, but a key with a lower score has weight {largest_below[b]!r}",
+                )
 
 
 @pytest.mark.claim("SOFTMAX-STABLE")
