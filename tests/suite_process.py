@@ -11,19 +11,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_suite(
-    *args: str, timeout: float = 600, env_overrides: dict[str, str] | None = None
+    *args: str, timeout: float = 600, env_overrides: dict[str, str | None] | None = None
 ) -> subprocess.CompletedProcess:
-    """``python -m pytest conformance ARGS`` from the repository root, output captured."""
+    """``python -m pytest conformance ARGS`` from the repository root, output captured; a
+    variable overridden with None is removed from its environment."""
     return run_module(
         "pytest", "conformance", "-p", "no:cacheprovider", *args, timeout=timeout, env=env_overrides
     )
 
 
 def run_module(
-    module: str, *args: str, timeout: float = 600, env: dict[str, str] | None = None
+    module: str, *args: str, timeout: float = 600, env: dict[str, str | None] | None = None
 ) -> subprocess.CompletedProcess:
-    """``python -m MODULE ARGS`` from the repository root, output captured."""
-    environ = dict(os.environ) | (env or {})
+    """``python -m MODULE ARGS`` from the repository root, output captured; a variable set to
+    None in ``env`` is removed from its environment."""
+    merged = dict(os.environ) | (env or {})
+    environ = {name: value for name, value in merged.items() if value is not None}
     environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))
     environ.pop("ATTNSPEC_IMPL", None)
     return subprocess.run(

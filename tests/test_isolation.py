@@ -36,9 +36,10 @@ NUMPY_NOT_MET = {
     "MASK-GRAD": "not checked",
     "OUT-GRAD": "not checked",
 }
-# The verdicts profile: the failures of a dozen implementations that fail everything are not
-# shrunk to minimal examples, which no assertion here reads.
-PYTEST = ("pytest", "conformance", "-p", "no:cacheprovider", "--hypothesis-profile", "verdicts")
+# The verdicts profile: failing implementations' hypothesis failures are not shrunk to minimal
+# examples, which no assertion in this module reads.
+VERDICTS_ONLY = ("--hypothesis-profile", "verdicts")
+PYTEST = ("pytest", "conformance", "-p", "no:cacheprovider", *VERDICTS_ONLY)
 MODES = {
     "serial": PYTEST,
     "xdist": (*PYTEST, "-n", "2"),
@@ -119,6 +120,7 @@ def test_the_judge_never_imports_the_implementations_module(tmp_path):
         "patches_on_import:attention",
         "--claims",
         "OUT-FORMULA",
+        *VERDICTS_ONLY,
         env_overrides={"PYTHONPATH": str(tmp_path)},
     )
     assert run.returncode == 1, run.stdout[-3000:]
@@ -148,6 +150,7 @@ def test_workers_and_in_process_give_the_same_verdicts(tmp_path):
             "2",
             "--impl",
             "numpy,tests.zoo.mutants:mask_off_by_one",  # a built-in that conforms, a mutant
+            *VERDICTS_ONLY,
             "--report-json",
             str(report_path),
             *(["--in-process"] if mode == "in-process" else []),
