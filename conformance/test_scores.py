@@ -236,22 +236,30 @@ def test_reciprocal_multiply_matches_division_within_one_ulp():
     mantissas = (rng.integers(0, 2**23, 4096, dtype=np.uint32) | np.uint32(0x3F800000)).view(
         np.float32
     )  # uniform over [1, 2): ulp distances are scale-free, so this range covers every exponent
-    ulps = np.abs(
-        (mantissas[None, :] * reciprocal[:, None]).view(np.int32).astype(np.int64)
-        - (mantissas[None, :] / root[:, None]).view(np.int32).astype(np.int64)
-    )
-    worst = int(ulps.max())
+    worst, exact = 0, np.empty(d.size, dtype=bool)  # exact[i]: no sampled mantissa differs
+    # 256 values of d at a time: the whole (4096, 4096) comparison in one piece makes 640 MB of
+    # fresh arrays, which cost several times the arithmetic.
+    for start in range(0, d.size, 256):
+        rows = slice(start, start + 256)
+        ulps = np.abs(
+            (mantissas[None, :] * reciprocal[rows, None]).view(np.int32).astype(np.int64)
+            - (mantissas[None, :] / root[rows, None]).view(np.int32).astype(np.int64)
+        )  # (256, 4096)
+        worst = max(worst, int(ulps.max()))
+        exact[rows] = (ulps == 0).all(axis=1)
     assert worst <= 1, f"x * (1/sqrtf(d)) and x / sqrtf(d) differ by {worst} ulps"
     power_of_4 = np.array(
         [n & (n - 1) == 0 and (n.bit_length() - 1) % 2 == 0 for n in range(1, 4097)]
     )
-    exact = (ulps == 0).all(axis=1)
     assert exact[power_of_4].all(), f"inexact at powers of 4: {d[power_of_4 & ~exact]}"
     # Where the sample happened to agree everywhere, every mantissa decides.
     every_mantissa = (np.arange(2**23, dtype=np.uint32) | np.uint32(0x3F800000)).view(np.float32)
+    multiplied, divided = np.empty((2, every_mantissa.size), dtype=np.float32)
     for value in d[~power_of_4 & exact]:
         r = np.sqrt(np.float32(value))
-        differs = np.count_nonzero(every_mantissa * (np.float32(1.0) / r) != every_mantissa / r)
+        np.multiply(every_mantissa, np.float32(1.0) / r, out=multiplied)
+        np.divide(every_mantissa, r, out=divided)
+        differs = np.count_nonzero(multiplied != divided)
         assert differs, f"d={value:g} is not a power of 4 yet the two agree for every float32"
 
 
