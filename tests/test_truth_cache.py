@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from conformance.judge.truth import TruthCache, inputs_digest
+from conformance.judge.truth import CaseTruth, TruthCache, inputs_digest
+from spec.formula import naive_baseline
 
 
 def computed_by(cache: TruthCache, q: np.ndarray, params: dict, calls: list) -> np.ndarray:
@@ -102,3 +103,20 @@ def test_verdicts_are_the_same_with_and_without_the_shared_truth(suite, tmp_path
         assert run.returncode == 1, run.stdout[-3000:]  # the mutant fails
         reports[mode] = json.loads(path.read_text())
     assert reports["shared"]["subjects"] == reports["per test"]["subjects"]
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [{}, {"causal": False}, {"scale": 0.3}, {"window": 5}, {"key_lengths": np.array([40, 17])}],
+    ids=["causal", "full", "scale", "window", "key-lengths"],
+)
+def test_the_float64_baseline_is_the_oracle_bit_for_bit(variant):
+    """The truth hands out the oracle as the float64 naive baseline, without computing it: the
+    two must be the same arrays, or a float64 budget would be measured against something else."""
+    rng = np.random.default_rng(0)
+    q, k, v = (30 * rng.standard_normal((2, 3, 40, 16)) for _ in range(3))
+    with np.errstate(invalid="ignore"):  # rows that see no key (key lengths) are NaN in both
+        expected = naive_baseline(q, k, v, dtype="float64", **variant)
+        found = CaseTruth(q, k, v).baseline(dtype="float64", **variant)
+    assert (found.dtype, found.shape) == (expected.dtype, expected.shape)
+    assert np.array_equal(found.view(np.uint8), expected.view(np.uint8))
