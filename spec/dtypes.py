@@ -40,16 +40,21 @@ def check_dtype(name: str) -> str:
 
 def round_to(values: np.ndarray, dtype: str) -> np.ndarray:
     """``values`` rounded to ``dtype``, returned as float64 (exactly representable in ``dtype``)."""
-    check_dtype(dtype)
-    values = np.asarray(values, dtype=np.float64)
+    return rounded_in_storage(np.asarray(values, dtype=np.float64), dtype).astype(np.float64)
+
+
+def rounded_in_storage(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Float ``values`` rounded to ``dtype``, held in :func:`numpy_storage` (bfloat16 in float32):
+    ``values`` itself when they are already there, so never write into the result. Rounding
+    from float32 or from float64 gives the same values, widening being exact."""
+    storage = numpy_storage(dtype)
     with np.errstate(over="ignore"):  # beyond the largest finite value, rounding gives +-inf
         if dtype == "bfloat16":
-            return round_float32_to_bfloat16(values.astype(np.float32)).astype(np.float64)
-        return values.astype(dtype).astype(np.float64)
+            return _round_to_bfloat16(values.astype(storage, copy=False))
+        return values.astype(storage, copy=False)
 
 
-def round_float32_to_bfloat16(values: np.ndarray) -> np.ndarray:
-    """float32 ``values`` rounded to bfloat16, held in float32."""
+def _round_to_bfloat16(values: np.ndarray) -> np.ndarray:
     bits = values.view(np.uint32)
     # Round to nearest, ties to even, on the 16 bits that bfloat16 drops; NaNs keep a quiet bit.
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from spec.dtypes import check_dtype, round_float32_to_bfloat16
+from spec.dtypes import check_dtype, rounded_in_storage
 
 
 def resolve_scale(scale: float | None, head_dim: int) -> float:
@@ -309,11 +309,4 @@ def _rounded(x, dtype: str) -> np.ndarray:
     ``round_to(x, dtype).astype(accumulation)``, without its float64 round trip (four fresh
     copies of every score matrix, a third of the default run's time). ``x`` itself when it is
     already there: never write into the result."""
-    x = np.asarray(x)
-    with np.errstate(over="ignore"):  # beyond the largest finite value, rounding gives +-inf
-        if dtype in ("float64", "float32"):
-            return x.astype(dtype, copy=False)
-        # Widening to float64 first is exact, so narrowing from here rounds the same values.
-        if dtype == "bfloat16":
-            return round_float32_to_bfloat16(x.astype(np.float32, copy=False))
-        return x.astype(check_dtype(dtype)).astype(np.float32)
+    return rounded_in_storage(np.asarray(x), dtype).astype(_accumulation(dtype), copy=False)

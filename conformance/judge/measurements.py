@@ -19,7 +19,7 @@ def sample_dot_products(rng, d: int, samples: int, unit_norm: bool = False) -> n
     dots = np.empty(samples)
     # A few pairs at a time, drawn into the same two buffers: fresh memory for all of them
     # (256 MB at d = 4096) cost several times the drawing itself, in page faults.
-    chunk = min(samples, 256)
+    chunk = max(1, min(samples, 256))  # and no pieces at all for no samples
     a, b = np.empty((2, chunk, d), dtype=np.float32)
     for start in range(0, samples, chunk):
         rows = min(chunk, samples - start)
