@@ -1,7 +1,8 @@
 """The implementation's side of the line: a process that resolves one selector and serves calls.
 
-The judge (``conformance/``) never imports an implementation's module. It starts this module as
-a process of its own (``python -m impls.worker FD PATHS``), which resolves the selector, says what
+The judge (``conformance/``) never imports an implementation's module. It runs this module in a
+process of its own (forked by :mod:`impls.spawner`, or ``python -m impls.worker FD PATHS
+SELECTOR``), which resolves the selector, says what
 the implementation declares, and then answers requests: NumPy arrays in, NumPy arrays out, with
 everything the contract does on native arrays (conversion, the call, autograd) done here. Whatever
 the implementation raises, prints or patches stays in this process; a crash or a hang ends it and
@@ -240,15 +241,16 @@ def serve(conn: Connection, selector: str) -> None:
         send_message(conn, reply)
 
 
-def main(argv: list[str]) -> None:
-    fd, paths = int(argv[0]), json.loads(argv[1])
+def run(fd: int, paths: list[str], selector: str) -> None:
+    """The worker's life, in a process started for it or forked for it by :mod:`impls.spawner`;
+    it never returns."""
     sys.path[:] = paths  # the judge's: a kernel file in its current directory resolves here too
     faulthandler.enable()  # a segfault's traceback goes to stderr, which the judge shows
-    serve(Connection(fd), argv[2])
+    serve(Connection(fd), selector)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # threads the implementation left running must not keep its worker alive
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run(int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3])

@@ -7,9 +7,13 @@ from __future__ import annotations
 import re
 import time
 
+import numpy as np
 import pytest
 
-from perf.measure import require_timing
+import conformance.run.spawning as spawning
+from conformance.run.workers import open_clients
+from perf.measure import milliseconds, require_timing
+from perf.timing import interleaved
 from tests.suite_process import run_suite
 from tests.zoo import load_members
 
@@ -94,4 +98,50 @@ def test_the_truth_does_not_grow_with_the_implementations_judged(perf_table):
     assert len(set(entries.values())) == 1, (
         f"truth entries by implementations judged: {entries}; they should not grow, since every "
         "implementation is judged on the same cases"
+    )
+
+
+def seconds_of(call) -> float:
+    started = time.perf_counter()
+    call()
+    return time.perf_counter() - started
+
+
+def start_call_and_close(selector: str) -> None:
+    [client] = open_clients([selector])
+    x = client.from_numpy(np.ones((1, 1, 4, 8)), "float64")
+    client.attention(x, x, x)
+    client.close()
+
+
+def test_a_forked_worker_starts_in_a_fraction_of_a_started_ones_time(perf_table, monkeypatch):
+    """Every implementation gets a worker in each process of a run, and again after each death:
+    a few hundred over the zoo. Forked from the spawner, a worker must cost at most half of one
+    started as ``python -m impls.worker`` (a fresh interpreter importing NumPy)."""
+    if not spawning.WORKERS_ARE_FORKED:
+        pytest.skip("workers are not forked on this platform")
+
+    def started_as(forked: bool):
+        def start() -> None:
+            monkeypatch.setattr(spawning, "WORKERS_ARE_FORKED", forked)
+            start_call_and_close("numpy")
+
+        return start
+
+    timings = interleaved(
+        {"forked": started_as(True), "started": started_as(False)},
+        repeats=9,
+        warmup=1,
+        timer=seconds_of,  # no settling pause: no matrix product is timed
+    )
+    forked, started = timings["forked"].median, timings["started"].median
+    for how, seconds in (("forked", forked), ("started", started)):
+        perf_table.append(
+            ("worker start", "numpy", "start, one call, close", milliseconds(seconds), "", how)
+        )
+    require_timing(
+        forked <= started / 2,
+        f"a forked worker took {milliseconds(forked)} to start, serve a call and close, but "
+        f"should take at most half of a started one's {milliseconds(started)}",
+        perf_table,
     )

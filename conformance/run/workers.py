@@ -11,20 +11,19 @@ a row the implementation is not called again).
 
 Why the standard library and not loky or pebble: the suite must run from a plain checkout with
 nothing but numpy, pytest and hypothesis (a GPU runner with no network), and one worker per
-implementation, started with its own interpreter (never forked: a CUDA context and threads must
-not be inherited), with a deadline per call, is a few dozen lines of ``subprocess``.
+implementation, with nothing of the judge in it (never forked from the judge: a CUDA context and
+threads must not be inherited), with a deadline per call, is a few dozen lines of ``subprocess``
+and ``os.fork`` from a clean interpreter (:mod:`conformance.run.spawning`).
 
 ``--in-process`` keeps the same client over an in-process channel, for pdb and profilers.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 
 import impls
+from conformance.run.spawning import ForkedWorker, start_worker
 from impls.contract import Capabilities
 from impls.worker import describe, handle, recv_message, send_message
 
@@ -150,31 +150,16 @@ class ProcessChannel:
     def __init__(self, selector: str):
         self.selector = selector
         self.output = OutputTail()
-        self.process: subprocess.Popen | None = None
+        self.process: ForkedWorker | subprocess.Popen | None = None
         self.conn: Connection | None = None
 
     def start(self) -> None:
         judge_end, worker_end = socket.socketpair()
         here = str(Path(impls.__file__).resolve().parent.parent)
-        paths = [os.getcwd() if p == "" else p for p in sys.path]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
         with self.output.sink() as sink:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "impls.worker",
-                    str(worker_end.fileno()),
-                    json.dumps(paths),
-                    self.selector,
-                ],
-                pass_fds=(worker_end.fileno(),),
-                stdin=subprocess.DEVNULL,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
+            self.process = start_worker(self.selector, env, worker_end, sink)
         worker_end.close()
         self.conn = Connection(judge_end.detach())
 

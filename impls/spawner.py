@@ -1,0 +1,109 @@
+"""Starts implementation workers by forking, from a clean interpreter that has imported NumPy and
+:mod:`impls.worker` and nothing of any implementation.
+
+A worker forked from here is the process ``python -m impls.worker`` would be - the judge's
+environment, its ``sys.path`` and current directory, no CUDA context, no thread of the judge -
+without paying for the interpreter and NumPy again: about 0.3 s of CPU per worker on a 2-core
+machine, and a run over the zoo starts a few hundred. The judge (``conformance/run/spawning.py``)
+starts one per process and environment, as ``python -m impls.spawner FD``.
+
+The line to the judge is a Unix socket of packets, each a pickled request with the file
+descriptors it hands over, answered in order:
+
+- ``("start", selector, paths, cwd)`` with the worker's end of its socket pair and the file its
+  output goes to: ``("started", pid)``.
+- ``("wait", pid, timeout)``: ``("exited", returncode)`` (negative for a signal, as
+  ``subprocess`` has it), or ``("running",)`` when ``timeout`` seconds pass first (``None``:
+  wait for the end); ``("error", message)`` for a pid that is not a worker it has not waited for.
+
+A forked worker closes its copy of this line before anything else runs, so nothing an
+implementation does can speak for the spawner. The spawner ends when the judge closes the line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import socket
+import sys
+import time
+import traceback
+
+from impls import worker
+
+MAX_PACKET = 1 << 20  # a request holds a selector and the judge's sys.path
+# What a fresh interpreter does on SIGINT here: KeyboardInterrupt, or nothing where the judge's
+# own parent ignored it (a background job).
+SIGINT_AT_START = signal.getsignal(signal.SIGINT)
+WAIT_POLL = (0.001, 0.05)  # seconds between two looks at a worker that has not ended: first, most
+
+
+def start(line: socket.socket, selector: str, paths: list[str], cwd: str, fds: list[int]) -> int:
+    connection_fd, output_fd = fds
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            line.close()
+            signal.signal(signal.SIGINT, SIGINT_AT_START)
+            os.dup2(output_fd, 1)
+            os.dup2(output_fd, 2)
+            os.close(output_fd)
+            os.chdir(cwd)
+            # What python -m impls.worker would have seen as its arguments.
+            sys.argv = [worker.__file__, str(connection_fd), json.dumps(paths), selector]
+            worker.run(connection_fd, paths, selector)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(1)
+    os.close(connection_fd)
+    os.close(output_fd)
+    return pid
+
+
+def wait(pid: int, timeout: float | None) -> int | None:
+    """The worker's return code, or None if it still runs after ``timeout`` seconds."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = WAIT_POLL[0]
+    while True:
+        ended, status = os.waitpid(pid, os.WNOHANG)
+        if ended:
+            return os.waitstatus_to_exitcode(status)
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        time.sleep(pause if deadline is None else min(pause, max(deadline - time.monotonic(), 0)))
+        pause = min(2 * pause, WAIT_POLL[1])
+
+
+def serve(line: socket.socket) -> None:
+    while True:
+        try:
+            payload, fds, _, _ = socket.recv_fds(line, MAX_PACKET, 2)
+        except ConnectionError:
+            return
+        if not payload:
+            return
+        request = pickle.loads(payload)
+        if request[0] == "start":
+            reply = ("started", start(line, *request[1:], fds))
+        elif request[0] == "wait":
+            try:
+                returncode = wait(*request[1:])
+            except ChildProcessError as exc:  # not a worker of this spawner, or waited for before
+                reply = ("error", f"pid {request[1]}: {exc}")
+            else:
+                reply = ("running",) if returncode is None else ("exited", returncode)
+        else:
+            reply = ("unknown", request[0])
+        line.send(pickle.dumps(reply))
+
+
+if __name__ == "__main__":
+    # A Ctrl-C reaches the whole process group: the workers take it as a fresh interpreter would,
+    # the spawner lives on until the judge closes its line, so the judge can still wait for them.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    serve(socket.socket(fileno=int(sys.argv[1])))

@@ -1,0 +1,108 @@
+"""A worker forked by the spawner is the process ``python -m impls.worker`` would have started:
+the judge's environment, path and directory, no module of the judge, random state of its own;
+its end is told as a started worker's is; and a spawner that dies is replaced."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+
+import conformance.run.spawning as spawning
+from conformance.run.workers import ImplementationDied, open_clients
+
+INTROSPECTING = "tests.planted.introspecting:attention"
+HOW = {"forked": True, "started": False}
+
+
+@pytest.fixture(params=list(HOW))
+def how(request, monkeypatch):
+    monkeypatch.setattr(spawning, "WORKERS_ARE_FORKED", HOW[request.param])
+    return request.param
+
+
+def worker_facts(selector: str = INTROSPECTING) -> dict:
+    """What the planted module saw of its process when its worker imported it."""
+    [client] = open_clients([selector])
+    try:
+        return json.loads(client.version().split(" ", 1)[1])
+    finally:
+        client.close()
+
+
+def test_a_forked_worker_sees_what_a_started_one_sees(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNSPEC_TEST_MARK", "set by the judge")
+    monkeypatch.setattr(spawning, "WORKERS_ARE_FORKED", True)
+    worker_facts()  # the spawner starts here, so the directory changes after its start
+    monkeypatch.chdir(tmp_path)
+    seen = {}
+    for how, forked in HOW.items():
+        monkeypatch.setattr(spawning, "WORKERS_ARE_FORKED", forked)
+        seen[how] = worker_facts()
+        assert seen[how]["cwd"] == str(tmp_path), how
+        assert seen[how]["mark"] == "set by the judge", how
+        assert seen[how]["judge_modules"] == [], f"a {how} worker holds the judge's modules"
+        assert seen[how]["python_threads"] == 1, how
+    for facts in seen.values():
+        del facts["numpy_draw"], facts["python_draw"]
+    assert seen["forked"] == seen["started"]
+
+
+def test_forked_workers_draw_their_own_random_numbers(monkeypatch):
+    """The global NumPy and Python generators are seeded afresh in each worker, as they are in a
+    started interpreter: not one state copied into every fork."""
+    monkeypatch.setattr(spawning, "WORKERS_ARE_FORKED", True)
+    first, second = worker_facts(), worker_facts()
+    assert first["numpy_draw"] != second["numpy_draw"]
+    assert first["python_draw"] != second["python_draw"]
+
+
+def test_a_changed_environment_gets_a_spawner_of_its_own(monkeypatch):
+    """What a library reads from the environment at import (thread counts) is read in the
+    spawner, so a judge that changes its environment must not be served by the old one."""
+    monkeypatch.setattr(spawning, "WORKERS_ARE_FORKED", True)
+    for mark in ("first", "second"):
+        monkeypatch.setenv("ATTNSPEC_TEST_MARK", mark)
+        assert worker_facts()["mark"] == mark
+
+
+@pytest.mark.parametrize(
+    ("selector", "cause"),
+    [
+        ("tests.planted.crashing:segfaults", "killed by SIGSEGV (a segfault)"),
+        ("tests.planted.crashing:exits", "exited with status 3"),
+    ],
+)
+def test_a_worker_that_dies_is_told_by_its_cause(how, selector, cause):
+    [client] = open_clients([selector])
+    x = client.from_numpy(np.ones((1, 1, 4, 8)), "float64")
+    try:
+        with pytest.raises(ImplementationDied, match="ended its worker process") as died:
+            client.attention(x, x, x)
+        assert cause in str(died.value)
+    finally:
+        client.close()
+
+
+def test_a_spawner_that_dies_is_replaced_and_its_workers_still_serve(monkeypatch):
+    monkeypatch.setattr(spawning, "WORKERS_ARE_FORKED", True)
+    [before] = open_clients(["numpy"])
+    x = before.from_numpy(np.ones((1, 1, 4, 8)), "float64")
+    try:
+        before.attention(x, x, x)
+        spawner = before.channel.process.spawner
+        os.kill(spawner.process.pid, signal.SIGKILL)
+        spawner.process.wait()
+        # Its worker lives on, and is judged as before.
+        assert before.attention(x, x, x).shape == (1, 1, 4, 8)
+        [after] = open_clients(["numpy"])
+        try:
+            assert after.channel.process.spawner is not spawner
+            assert after.attention(x, x, x).shape == (1, 1, 4, 8)
+        finally:
+            after.close()
+    finally:
+        before.close()
