@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -106,3 +107,20 @@ def test_a_spawner_that_dies_is_replaced_and_its_workers_still_serve(monkeypatch
             after.close()
     finally:
         before.close()
+
+
+def test_a_worker_that_ended_between_calls_is_started_afresh_for_the_next(how):
+    """As with a started worker: the judge sees that it has ended before the next call, and
+    starts another instead of counting a death against the implementation."""
+    [client] = open_clients(["numpy"])
+    x = client.from_numpy(np.ones((1, 1, 4, 8)), "float64")
+    try:
+        client.attention(x, x, x)
+        os.kill(client.channel.process.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while client.channel.alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert client.attention(x, x, x).shape == (1, 1, 4, 8)
+        assert client.deaths_in_a_row == 0
+    finally:
+        client.close()

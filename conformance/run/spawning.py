@@ -27,7 +27,7 @@ from typing import IO
 # macOS forks badly once system frameworks are loaded (Python's multiprocessing stopped forking
 # there for that), and Windows cannot fork.
 WORKERS_ARE_FORKED = sys.platform == "linux"
-SPAWNER_GRACE = 30.0  # seconds the spawner may take beyond a wait it was asked for
+SPAWNER_GRACE = 30.0  # seconds the spawner may take to answer beyond a wait it was asked for
 
 
 class SpawnerGone(ChildProcessError):
@@ -81,6 +81,14 @@ class Spawner:
             self.process.wait()
 
 
+def ended(pidfd: int) -> bool:
+    """Whether the process behind ``pidfd`` has ended (poll: no limit on the descriptor's number,
+    as select has)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 class ForkedWorker:
     """A worker forked by a spawner, driven as a ``subprocess.Popen``: poll, wait, kill."""
 
@@ -91,9 +99,9 @@ class ForkedWorker:
         # Readable once the process has ended: whether it lives, without asking the spawner (the
         # judge asks before every call).
         try:
-            self.ended = os.pidfd_open(pid)
+            self.pidfd = os.pidfd_open(pid)
         except OSError:  # a kernel before 5.3, or a sandbox that forbids it
-            self.ended = None
+            self.pidfd = None
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
@@ -105,14 +113,14 @@ class ForkedWorker:
 
     def set_returncode(self, returncode: int) -> None:
         self.returncode = returncode
-        if self.ended is not None:
-            os.close(self.ended)
-            self.ended = None
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
     def poll(self) -> int | None:
         if self.returncode is not None:
             return self.returncode
-        if self.ended is not None and not select.select([self.ended], [], [], 0)[0]:
+        if self.pidfd is not None and not ended(self.pidfd):
             return None
         try:
             return self.wait(timeout=0)
@@ -178,7 +186,7 @@ def start_worker(
     fds = (worker_end.fileno(), output.fileno())
     try:
         spawner = spawner_for(env)
-        return ForkedWorker(spawner, spawner.ask(request, fds)[1])
+        return ForkedWorker(spawner, spawner.ask(request, fds, timeout=0)[1])
     except SpawnerGone:  # ended by something outside, say: one more try, with a fresh one
         spawner = spawner_for(env)
-        return ForkedWorker(spawner, spawner.ask(request, fds)[1])
+        return ForkedWorker(spawner, spawner.ask(request, fds, timeout=0)[1])
