@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from functools import partial
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import pytest
 import conformance.run.spawning as spawning
 from conformance.run.workers import open_clients
 from perf.measure import milliseconds, require_timing
-from perf.timing import interleaved
+from perf.timing import interleaved, wall_time
 from tests.suite_process import run_suite
 from tests.zoo import load_members
 
@@ -101,12 +102,6 @@ def test_the_truth_does_not_grow_with_the_implementations_judged(perf_table):
     )
 
 
-def seconds_of(call) -> float:
-    started = time.perf_counter()
-    call()
-    return time.perf_counter() - started
-
-
 def start_call_and_close(selector: str) -> None:
     [client] = open_clients([selector])
     x = client.from_numpy(np.ones((1, 1, 4, 8)), "float64")
@@ -132,7 +127,7 @@ def test_a_forked_worker_starts_in_a_fraction_of_a_started_ones_time(perf_table,
         {"forked": started_as(True), "started": started_as(False)},
         repeats=9,
         warmup=1,
-        timer=seconds_of,  # no settling pause: no matrix product is timed
+        timer=partial(wall_time, settle_seconds=0),  # no matrix product is timed: no pause
     )
     forked, started = timings["forked"].median, timings["started"].median
     for how, seconds in (("forked", forked), ("started", started)):

@@ -53,9 +53,9 @@ def interleaved(
 SETTLE_SECONDS = 0.25
 
 
-def wall_time(call: Callable[[], object]) -> float:
-    """Wall-clock seconds of one call, started after :data:`SETTLE_SECONDS` of quiet."""
-    time.sleep(SETTLE_SECONDS)
+def wall_time(call: Callable[[], object], settle_seconds: float = SETTLE_SECONDS) -> float:
+    """Wall-clock seconds of one call, started after ``settle_seconds`` of quiet."""
+    time.sleep(settle_seconds)
     started = time.perf_counter()
     call()
     return time.perf_counter() - started
