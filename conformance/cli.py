@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 from conformance.judge.measurements import (
@@ -38,6 +39,7 @@ from spec.catalogue import load_catalogue
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
 USAGE_ERROR = 2
+LINE_WIDTH = 100  # what the command prints fits a terminal of this width
 PYTEST_USAGE_ERROR = 4
 
 
@@ -59,28 +61,32 @@ def command_list(options: argparse.Namespace) -> int:
     else:
         names = [(name, "built-in") for name in BUILTINS]
         names += [(name, "entry point") for name in entry_point_names()]
-    rows = [("name", "source", "version", "device", "declares", "runs here")]
+    rows = [("name", "source", "device", "runs here")]
+    details: list[list[str]] = [[]]  # per row: what -v (or --impl) prints below it
     unresolved = []
     for name, source in names:
         try:
             impl = resolve(name)
         except RegistryError as exc:
-            rows.append((name, source, "-", "-", "-", f"no: {exc}"))
+            rows.append((name, source, "-", "no: not an implementation"))
+            details.append([f"why not: {exc}"])
             unresolved.append(name)
             continue
         reason = impl.unavailable_reason()
-        rows.append(
-            (
-                name,
-                source,
-                impl.version(),
-                f"{impl.family} on {impl.device}",
-                impl.capabilities.describe(),
-                f"no: {reason}" if reason else "yes",
-            )
+        rows.append((name, source, f"{impl.family} on {impl.device}", "no" if reason else "yes"))
+        details.append(
+            [f"version: {impl.version()}", f"declares: {impl.capabilities.describe()}"]
+            + ([f"why not: {reason}"] if reason else [])
         )
-    for line in text_table(rows):
+    verbose = options.verbose or options.impl is not None
+    for line, detail in zip(text_table(rows), details, strict=True):
         print(line)
+        for text in detail if verbose else ():
+            print(
+                textwrap.fill(text, LINE_WIDTH, initial_indent="    ", subsequent_indent="      ")
+            )
+    if not verbose:
+        print("versions, what each declares, and why one does not run: attnspec list -v")
     if unresolved:
         return usage_error(f"--impl {', '.join(unresolved)}: not an implementation (see above)")
     return 0
@@ -90,8 +96,11 @@ def command_list(options: argparse.Namespace) -> int:
 
 
 def pytest_arguments(options: argparse.Namespace, report_json: Path) -> list[str]:
+    # The suite by module name, as its reproducers name its tests: pytest's rootdir (and its
+    # cache) is then the directory the command was started in, where a reproducer is pasted.
     args = [
-        str(CONFORMANCE_DIR),
+        "--pyargs",
+        "conformance",
         "-p",
         "conformance.plugin",
         "--report-json",
@@ -285,7 +294,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     listing = commands.add_parser("list", help="known implementations and whether they run here")
     listing.add_argument(
-        "--impl", action="append", metavar="NAME[,NAME...]", help="also list these (module:attr)"
+        "--impl",
+        action="append",
+        metavar="NAME[,NAME...]",
+        help="list only these (module:attr too), with the detail of -v",
+    )
+    listing.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="each one's version, what it declares, and why it does not run here (default: a "
+        "line each)",
     )
     listing.set_defaults(handler=command_list)
 
@@ -365,11 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # `python -m conformance` and `python -m pytest` find a kernel file in the current directory;
-    # the installed script starts with its own folder on sys.path instead, so put the current
-    # directory first here too and every subcommand resolves --impl alike.
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    """The command, once :func:`attnspec.main` has put the current directory on ``sys.path`` and
+    checked that nothing there shadows the suite's packages."""
     options = build_parser().parse_args(argv)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     return options.handler(options)

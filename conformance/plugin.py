@@ -28,11 +28,13 @@ from conformance.run.collection import (
     claims_of,
     fold_broken,
     inputs_id,
+    is_attnspec_run,
     is_conformance_test,
     marking_problems,
     row_of,
     selected_of,
     split_by_claims,
+    suite_test_id,
 )
 from conformance.run.ledger import Ledger
 from conformance.run.profiles import active_profile
@@ -45,9 +47,10 @@ from conformance.run.recording import (
     message_only_failure,
 )
 from conformance.run.selection import Selected, select
-from conformance.run.settings import RunSettings, add_options
+from conformance.run.settings import OPTION_GROUP, RunSettings, add_options
 from conformance.run.threads import describe as describe_shared_cores
 from conformance.run.threads import share_cores
+from conformance.run.workers import LayoutNotChecked
 from impls.registry import RegistryError
 from spec.catalogue import Catalogue, load_catalogue
 
@@ -69,22 +72,31 @@ class Run:
 
 
 RUN_KEY = pytest.StashKey[Run]()
+OPTION_NAMES: list[str] = []  # attnspec's own options, as the command line spells them
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+    OPTION_NAMES[:] = [
+        n for option in parser.getgroup(OPTION_GROUP).options for n in option.names()
+    ]
 
 
+@pytest.hookimpl(tryfirst=True)  # before hypothesis's plugin loads the profile named
 def pytest_configure(config: pytest.Config) -> None:
-    if np.lib.NumpyVersion(np.__version__) >= "2.0.0":
-        # Failure messages print values, not NumPy 2's np.float64(...) reprs.
-        np.set_printoptions(legacy="1.25")
     config.addinivalue_line(
         "markers", f"{CLAIM_MARKER}(*ids): the catalogue claim(s) a conformance test checks"
     )
-    settings = RunSettings.from_config(
-        config, active_profile(config.getoption("hypothesis_profile", None))
-    )
+    if not is_attnspec_run(config, OPTION_NAMES):
+        return  # another project's tests, in an environment where attnspec is installed
+    if np.lib.NumpyVersion(np.__version__) >= "2.0.0":
+        # Failure messages print values, not NumPy 2's np.float64(...) reprs.
+        np.set_printoptions(legacy="1.25")
+    try:
+        profile = active_profile(config.getoption("hypothesis_profile", None))
+    except ValueError as exc:
+        raise pytest.UsageError(f"attnspec: {exc}") from None
+    settings = RunSettings.from_config(config, profile)
     worker_input = getattr(config, "workerinput", None)
     described = worker_input.get(DESCRIPTIONS_INPUT) if worker_input else None
     try:
@@ -156,13 +168,15 @@ class WorkerInputs:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    run = config.stash[RUN_KEY]
+    run = config.stash.get(RUN_KEY, None)
+    if run is None:
+        return []
     lines = header_lines(run.catalogue, run.settings, run.selection)
     return lines + ([run.threads_note] if run.threads_note else [])
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "selected" not in metafunc.fixturenames:
+    if "selected" not in metafunc.fixturenames or RUN_KEY not in metafunc.config.stash:
         return
     selection = metafunc.config.stash[RUN_KEY].selection
     if "dtype" in metafunc.fixturenames:
@@ -175,7 +189,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    run = config.stash[RUN_KEY]
+    run = config.stash.get(RUN_KEY, None)
+    if run is None:
+        return
     problems = marking_problems(items, run.catalogue)
     if problems:
         raise pytest.UsageError(
@@ -228,7 +244,7 @@ def subject(selected: Selected, request: pytest.FixtureRequest) -> Subject:
 @pytest.fixture
 def document(request: pytest.FixtureRequest) -> Document:
     """The document itself, as the subject of a test of its mathematics."""
-    return Document(request.node.nodeid, tuple(claims_of(request.node)), _notes(request))
+    return Document(suite_test_id(request.node), tuple(claims_of(request.node)), _notes(request))
 
 
 def _subject(selected: Selected, request: pytest.FixtureRequest) -> Subject:
@@ -237,7 +253,7 @@ def _subject(selected: Selected, request: pytest.FixtureRequest) -> Subject:
         selected.client,
         selected.selector,
         settings.seed,
-        request.node.nodeid,
+        suite_test_id(request.node),
         tuple(claims_of(request.node)),
         settings.rerun_options(),
         _notes(request),
@@ -253,6 +269,8 @@ def _notes(request: pytest.FixtureRequest) -> TestNotes:
 def pytest_pyfunc_call(pyfuncitem: pytest.Function):
     try:
         return (yield)
+    except LayoutNotChecked as unavailable:
+        pytest.skip(f"not checked: {unavailable}")
     except IMPLEMENTATION_FAILURES as error:
         subject = pyfuncitem.funcargs.get("subject")
         raise message_only_failure(error, subject.reproducer if subject else None) from None
@@ -261,7 +279,9 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report: pytest.TestReport = yield
-    run = item.config.stash[RUN_KEY]
+    run = item.config.stash.get(RUN_KEY, None)
+    if run is None:
+        return report
     subject = getattr(item, "funcargs", {}).get("subject")
     selected = selected_of(item)
     output = selected.client.take_output() if report.when == "call" and selected else ""

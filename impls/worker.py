@@ -16,15 +16,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import faulthandler
+import functools
 import json
 import os
 import pickle
 import sys
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
+
+from impls.contract import Implementation
 
 OPS = ("attention", "attention_weights", "vjp")
 
@@ -131,6 +135,34 @@ def changed_inputs(impl, natives: list, before: list) -> str | None:
     return None
 
 
+class LayoutUnavailable(Exception):
+    """The suite's own default helpers cannot make a layout's views of this implementation's
+    arrays: the layout is not checked, and the implementation is not blamed."""
+
+
+def suite_view(impl, helper: str, layout: str, make: Callable[[], Any]) -> Any:
+    """``make()``: a view made with ``impl``'s ``helper`` (permuted, broadcast, or the native
+    slicing none overrides). Where the implementation defines the helper, its failure is its own;
+    where the suite's default made the view, the failure is the suite's (LayoutUnavailable)."""
+    own = helper != "slicing" and getattr(type(impl), helper) is not getattr(Implementation, helper)
+    try:
+        return make()
+    except Exception as exc:
+        if own:
+            raise
+        how, remedy = (
+            ("slicing its arrays", "return arrays that slice as NumPy's do")
+            if helper == "slicing"
+            else (f"the default Implementation.{helper}()", f"define {helper}()")
+        )
+        raise LayoutUnavailable(
+            f"the suite cannot make {layout} views of {impl.name}'s {impl.family} arrays: {how} "
+            f"raised {type(exc).__name__}: {exc}. To have it checked, {remedy}, or inherit the "
+            "family's mixin (impls.torch_arrays.TorchArrays, impls.jax_arrays.JaxArrays, "
+            "impls.cupy_arrays.CupyArrays)"
+        ) from None
+
+
 def laid_out(impl, arrays: list[tuple[Any, str]], layout: str) -> list:
     """The inputs as native arrays in ``layout`` (impls.contract.LAYOUTS): q, k and v as views
     into larger arrays made by the implementation's own conversion, anything after them dense."""
@@ -139,10 +171,12 @@ def laid_out(impl, arrays: list[tuple[Any, str]], layout: str) -> list:
     natives = [impl.from_numpy(array, dtype) for array, dtype in arrays[3:]]
     (q, dtype), (k, _), (v, _) = arrays[:3]
     qkv = (q, k, v)
+    view = functools.partial(suite_view, impl, layout=layout)
     if layout == "heads_last":
+        stored = [impl.from_numpy(x.transpose(0, 2, 1, 3), dtype) for x in qkv]  # (B, T, H, D)
         views = [
-            impl.permuted(impl.from_numpy(x.transpose(0, 2, 1, 3), dtype), (0, 2, 1, 3))
-            for x in qkv  # storage (B, T, H, D), seen as (B, H, T, D)
+            view("permuted", make=functools.partial(impl.permuted, x, (0, 2, 1, 3)))
+            for x in stored  # seen as (B, H, T, D)
         ]
     elif layout == "packed_qkv":
         if not q.shape == k.shape == v.shape:
@@ -150,20 +184,26 @@ def laid_out(impl, arrays: list[tuple[Any, str]], layout: str) -> list:
         projection = impl.from_numpy(
             np.stack([x.transpose(0, 2, 1, 3) for x in qkv], axis=2), dtype
         )  # (B, T, 3, H, D)
-        views = [impl.permuted(projection[:, :, i], (0, 2, 1, 3)) for i in range(3)]
+        parts = [view("slicing", make=lambda i=i: projection[:, :, i]) for i in range(3)]
+        views = [
+            view("permuted", make=functools.partial(impl.permuted, x, (0, 2, 1, 3))) for x in parts
+        ]
     elif layout == "row_gaps":
         views = []
         for x in qkv:
             wide = np.full((*x.shape[:-1], x.shape[-1] + ROW_GAP), np.nan)  # NaN: a read shows
             wide[..., : x.shape[-1]] = x
-            views.append(impl.from_numpy(wide, dtype)[..., : x.shape[-1]])
+            native = impl.from_numpy(wide, dtype)
+            views.append(view("slicing", make=lambda n=native, d=x.shape[-1]: n[..., :d]))
     elif layout == "broadcast_kv":
         if not all(np.array_equal(x, np.broadcast_to(x[:, :1], x.shape)) for x in (k, v)):
             raise ValueError("broadcast_kv needs k and v whose heads are all the same")
-        views = [impl.from_numpy(q, dtype)] + [
-            impl.broadcast(impl.from_numpy(np.ascontiguousarray(x[:, :1]), dtype), x.shape)
-            for x in (k, v)  # (B, 1, T, D) seen as (B, H, T, D), stride 0 along H
-        ]
+        views = [impl.from_numpy(q, dtype)]
+        for x in (k, v):  # (B, 1, T, D) seen as (B, H, T, D), stride 0 along H
+            one_head = impl.from_numpy(np.ascontiguousarray(x[:, :1]), dtype)
+            views.append(
+                view("broadcast", make=functools.partial(impl.broadcast, one_head, x.shape))
+            )
     else:
         raise ValueError(f"unknown layout {layout!r}")
     return views + natives
@@ -181,13 +221,16 @@ def handle(
     poison: bool = False,
 ) -> tuple:
     """One request: ("ok", result), ("raised", type, message, traceback) when the
-    implementation raised anything at all, or ("broke", message) when what it returned, or how it
-    converted its inputs, breaks the contract. With ``poison`` the call runs inside the
+    implementation raised anything at all, ("broke", message) when what it returned, or how it
+    converted its inputs, breaks the contract, or ("not-checked", why) when the suite's own
+    helpers cannot lay its inputs out as asked. With ``poison`` the call runs inside the
     implementation's poisoned_allocations(): memory it never writes reads as NaN."""
     if op not in OPS:
         return ("broke", f"unknown operation {op!r}")
     try:
         natives = laid_out(impl, arrays, layout)
+    except LayoutUnavailable as exc:
+        return ("not-checked", str(exc))
     except BaseException as exc:
         return ("broke", f"converting its inputs raised {type(exc).__name__}: {exc}")
     before = snapshot(impl, natives)

@@ -24,7 +24,7 @@ def test_a_subject_names_its_claims_implementation_call_and_reproducer():
     message = failure_message(lambda: assert_equal(subject, case, "out.dtype", "f4", "f8"))
     assert message.splitlines() == [
         "out.dtype='f4', but should be 'f8' [OUT-FORMULA numpy attention(causal=True, scale=None)]",
-        "reproduce: python -m pytest 'conformance/test_x.py::test_y[numpy]' --impl numpy "
+        "reproduce: python -m pytest --pyargs 'conformance.test_x::test_y[numpy]' --impl numpy "
         f"--attnspec-seed 7   # {case.describe()}",
     ]
 
@@ -34,5 +34,5 @@ def test_the_document_names_its_claims_and_reproducer():
     message = failure_message(lambda: fail(document, None, "std=3, but should be 8"))
     assert message.splitlines() == [
         "std=3, but should be 8 [DOT-GROWTH SCALE-UNIT]",
-        "reproduce: python -m pytest 'conformance/test_scores.py::test_z'",
+        "reproduce: python -m pytest --pyargs 'conformance.test_scores::test_z'",
     ]

@@ -99,7 +99,7 @@ def test_run_writes_json_html_and_junit(mutant_run):
     first = subjects[MUTANT]["claims"]["MASK-ZERO"]["first_failure"]
     assert "[MASK-ZERO tests.zoo.mutants:mask_off_by_one" in first["message"]
     assert "np.float64(" not in first["message"]
-    assert first["reproducer"].startswith("python -m pytest 'conformance/")
+    assert first["reproducer"].startswith("python -m pytest --pyargs 'conformance.")
     assert f"--impl {MUTANT}" in first["reproducer"]
     assert subjects["numpy"]["claims"]["MASK-ZERO"]["first_failure"] is None
     assert subjects["numpy"]["claims"]["OUT-FORMULA"]["worst_budget_fraction"] <= 1
@@ -203,7 +203,7 @@ def test_every_subcommand_finds_a_kernel_file_in_the_current_directory(tmp_path)
     (tmp_path / "mykernel.py").write_text(KERNEL_FILE)
     script = tmp_path / "bin" / "attnspec_script.py"
     script.parent.mkdir()
-    script.write_text("import sys\nfrom conformance.cli import main\nsys.exit(main())\n")
+    script.write_text("import sys\nfrom attnspec import main\nsys.exit(main())\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     run = subprocess.run(
         [sys.executable, str(script), "list", "--impl", "mykernel:attention"],

@@ -24,7 +24,7 @@ def test_a_broken_first_call_is_said_once_and_fails_every_claim(suite, tmp_path,
     lines = run.stdout.splitlines()
     assert len(lines) < 300, f"{len(lines)} lines of output"
     assert "Traceback" not in run.stdout
-    assert "reproduce: python -m pytest 'conformance/" in run.stdout
+    assert "reproduce: python -m pytest --pyargs 'conformance." in run.stdout
     assert message in run.stdout
     (subject,) = [s for s in json.loads(report_path.read_text())["subjects"] if s["selector"]]
     verdicts = {claim: entry["verdict"] for claim, entry in subject["claims"].items()}

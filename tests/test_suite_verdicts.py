@@ -16,9 +16,8 @@ def test_scale_bug_fails_naming_the_claim_and_printing_a_reproducer(suite):
     run = suite("--impl", f"{MUTANTS}:scale_by_one_over_d", "-k", "test_formula_at_length")
     assert run.returncode == 1, run.stdout
     assert "[OUT-FORMULA tests.zoo.mutants:scale_by_one_over_d attention(causal=True" in run.stdout
-    assert "reproduce: python -m pytest 'conformance/test_output.py::test_formula_at_length[" in (
-        run.stdout
-    )
+    rerun = "reproduce: python -m pytest --pyargs 'conformance.test_output::test_formula_at_length["
+    assert rerun in run.stdout
     assert "--attnspec-seed 20261129   # B=1 H=2 Tq=" in run.stdout
     assert "baseline err" in run.stdout
     assert "at index (" in run.stdout

@@ -5,7 +5,7 @@ the mathematics tests; either knows the test's claims from its marker), hides it
 the traceback, and fails with one consistent message:
 
     <what>=<got>, but should be <expected> [CLAIM-ID numpy attention(causal=True, scale=None)]
-    reproduce: python -m pytest '<test id>' --impl numpy --attnspec-seed 0   # B=1 H=2 ...
+    reproduce: python -m pytest --pyargs '<module::test>' --impl numpy --attnspec-seed 0   # B=1 ...
 """
 
 from __future__ import annotations

@@ -130,6 +130,16 @@ def random_stream(seed: int, inputs_id: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(inputs_id.encode())])
 
 
+def rerun_command(test_id: str) -> str:
+    """The command that runs one conformance test again, from the directory the run started in,
+    whether the suite is a checkout (its conftest.py loads the plugin) or an installed package
+    (its pytest11 entry point does): the test named by module, not by a path relative to
+    wherever pytest settled its rootdir."""
+    path, _, rest = test_id.partition("::")
+    module = path.removesuffix(".py").replace("/", ".")
+    return f"python -m pytest --pyargs '{module}::{rest}'"
+
+
 @dataclass
 class Document:
     """The document itself as a test's subject: the mathematics tests check its claims on no
@@ -141,7 +151,7 @@ class Document:
     name = None  # no implementation
 
     def reproducer(self, case: Case | None = None) -> str:
-        return f"python -m pytest '{self.test_id}'"
+        return rerun_command(self.test_id)
 
 
 @dataclass
@@ -251,7 +261,7 @@ class Subject:
 
     def reproducer(self, case: Case | None = None) -> str:
         line = (
-            f"python -m pytest '{self.test_id}' --impl {self.selector} --attnspec-seed {self.seed}"
+            f"{rerun_command(self.test_id)} --impl {self.selector} --attnspec-seed {self.seed}"
             + (f" {self.rerun_options}" if self.rerun_options else "")
         )
         return f"{line}   # {case.describe()}" if case else line

@@ -39,6 +39,36 @@ def _under_conformance(path: Path) -> bool:
     return CONFORMANCE_DIR in Path(path).resolve().parents
 
 
+def suite_test_id(item: pytest.Item) -> str:
+    """A conformance test's id as the checkout names it (``conformance/test_x.py::test_y[...]``),
+    whatever the run's rootdir: an installed suite's nodeids are relative to wherever pytest
+    settled, and neither a test's inputs nor its reproducer may depend on that."""
+    if not is_conformance_test(item):
+        return item.nodeid
+    _, _, rest = item.nodeid.partition("::")
+    return f"{Path(item.path).resolve().relative_to(CONFORMANCE_DIR.parent).as_posix()}::{rest}"
+
+
+def is_attnspec_run(config: pytest.Config, option_names: Iterable[str]) -> bool:
+    """Whether this pytest run is attnspec's. An installed attnspec's plugin is loaded by every
+    pytest run in its environment, and must leave the others alone: a run is attnspec's when its
+    rootdir is this suite's checkout, when it names the suite (``--pyargs conformance``, a path
+    into it), or when it passes one of attnspec's options."""
+    if (Path(config.rootpath) / "conformance").resolve() == CONFORMANCE_DIR:
+        return True
+    given = {arg.partition("=")[0] for arg in config.invocation_params.args}
+    if given & set(option_names):
+        return True
+    for arg in config.args:
+        target = arg.partition("::")[0]
+        if config.option.pyargs and (target == "conformance" or target.startswith("conformance.")):
+            return True
+        path = (Path(config.invocation_params.dir) / target).resolve()
+        if path == CONFORMANCE_DIR or CONFORMANCE_DIR in path.parents:
+            return True
+    return False
+
+
 def selected_of(item: pytest.Item) -> Selected | None:
     """The implementation a test judges, or None for a test of the document."""
     callspec = getattr(item, "callspec", None)
@@ -56,13 +86,13 @@ def inputs_id(item: pytest.Item) -> str:
     so that every implementation is judged on the same inputs and a name cannot change them."""
     name = judged_name(item)
     if name is None:
-        return item.nodeid
-    test, brackets, params = item.nodeid.partition("[")
+        return suite_test_id(item)
+    test, brackets, params = suite_test_id(item).partition("[")
     if params == f"{name}]":
         return test
     if not params.startswith(f"{name}-"):
         raise ValueError(
-            f"{item.nodeid}: the implementation {name!r} does not lead the test's parameters"
+            f"{suite_test_id(item)}: the implementation {name!r} does not lead its parameters"
         )
     return f"{test}{brackets}{params.removeprefix(f'{name}-')}"
 

@@ -39,10 +39,18 @@ else:
 
 def active_profile(requested: str | None) -> str | None:
     """The profile the run uses, or None without hypothesis: the requested one (hypothesis's own
-    plugin loads it), else the default, loaded here."""
+    plugin loads it), else the default, loaded here. An unknown name is a ValueError naming the
+    profiles there are (hypothesis's plugin would end the run in an internal error)."""
     if settings is None:
         return None
     if requested:
+        try:
+            settings.get_profile(requested)
+        except Exception:
+            raise ValueError(
+                f"--hypothesis-profile {requested!r} is not a profile; attnspec's are "
+                + ", ".join(PROFILES)
+            ) from None
         return requested
     settings.load_profile(DEFAULT_PROFILE)
     return DEFAULT_PROFILE

@@ -12,7 +12,13 @@ from dataclasses import asdict, dataclass, field
 
 import pytest
 
-from conformance.run.collection import claims_of, is_conformance_test, judged_name, row_of
+from conformance.run.collection import (
+    claims_of,
+    is_conformance_test,
+    judged_name,
+    row_of,
+    suite_test_id,
+)
 from conformance.run.ledger import Ledger, TestOutcome, worst_fraction
 from conformance.run.workers import ImplementationBroke, ImplementationDied, ImplementationRaised
 from spec.catalogue import Catalogue
@@ -56,6 +62,7 @@ class TestRecord:
     row: str
     claims: list[str]
     notes: TestNotes
+    test_id: str  # as the checkout names it, whatever the rootdir (collection.suite_test_id)
     unmet_level: str | None = None  # "SHOULD" or "INFO" when the test failed an expected way
 
     def attach(self, report: pytest.TestReport) -> None:
@@ -123,7 +130,9 @@ def complete_report(
     if not is_conformance_test(item):
         return report
     claims = claims_of(item)
-    record = TestRecord(row_of(item), claims, item.stash.get(NOTES_KEY, None) or TestNotes())
+    record = TestRecord(
+        row_of(item), claims, item.stash.get(NOTES_KEY, None) or TestNotes(), suite_test_id(item)
+    )
     if report.when == "call" and report.failed and claims:
         notes = getattr(call.excinfo.value, "__notes__", None) if call.excinfo else None
         if notes:
@@ -169,7 +178,7 @@ class VerdictRecorder:
             record.row,
             record.claims,
             outcome,
-            report.nodeid,
+            record.test_id,
             reason,
             record.notes.budget_fraction,
             message,

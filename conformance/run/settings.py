@@ -95,8 +95,11 @@ def report_path_problem(path: Path) -> str | None:
     return None
 
 
+OPTION_GROUP = "attnspec"
+
+
 def add_options(parser: pytest.Parser) -> None:
-    group = parser.getgroup("attnspec", "attnspec: attention conformance")
+    group = parser.getgroup(OPTION_GROUP, "attnspec: attention conformance")
     group.addoption(
         "--impl",
         action="append",

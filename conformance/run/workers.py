@@ -56,6 +56,10 @@ class ImplementationBroke(Exception):
     """What the implementation returned (or how it took its inputs) breaks the contract."""
 
 
+class LayoutNotChecked(Exception):
+    """The suite's own helpers could not lay the inputs out as the test asked: not checked."""
+
+
 class ImplementationDied(Exception):
     """The implementation's worker died during a call, or did not return before the deadline."""
 
@@ -382,6 +386,8 @@ class ImplementationClient:
             raise ImplementationRaised(self.name, op, type_name, message, trace)
         if kind == "broke":
             raise ImplementationBroke(f"{self.name} broke the contract in {op}(): {reply[1]}")
+        if kind == "not-checked":
+            raise LayoutNotChecked(reply[1])
         data = reply[1]
 
         def one(r: dict) -> Returned:
