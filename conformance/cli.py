@@ -35,6 +35,7 @@ from conformance.run.profiles import DEFAULT_PROFILE, PROFILES
 from conformance.run.selection import split_names_or_fail
 from conformance.run.settings import claim_patterns_value, report_path_value, seed_value
 from impls.registry import BUILTINS, ECOSYSTEM, RegistryError, entry_point_names, resolve
+from impls.templates import TEMPLATES_DIR
 from spec.catalogue import load_catalogue
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
@@ -215,6 +216,34 @@ def command_explain(options: argparse.Namespace) -> int:
     return 0
 
 
+# --- attnspec new -------------------------------------------------------------------------------
+
+TEMPLATE_NAME = "mykernel"  # the module name the templates are written for
+FAMILIES = ("numpy", "torch", "jax", "cupy")
+
+
+def kernel_skeleton(family: str, module: str) -> str:
+    """The template of ``family`` (impls/templates), written for a module named ``module``."""
+    text = (TEMPLATES_DIR / f"{family}_kernel.py").read_text(encoding="utf-8")
+    return text.replace(TEMPLATE_NAME, module)
+
+
+def command_new(options: argparse.Namespace) -> int:
+    path: Path = options.file
+    module = path.stem
+    if path.suffix != ".py" or not module.isidentifier():
+        return usage_error(f"{path}: give a Python module's file name, such as mykernel.py")
+    if path.exists():
+        return usage_error(f"{path} exists; attnspec new writes only a new file")
+    if not path.parent.is_dir():
+        return usage_error(f"directory {path.parent} does not exist; create it first")
+    path.write_text(kernel_skeleton(options.family, module), encoding="utf-8")
+    print(f"attnspec new: wrote {path}, a {options.family} implementation that conforms as written")
+    print("  your kernel goes in MyKernel.attention(), where the file says so; judge it with:")
+    print(f"  attnspec run --impl {module}:MyKernel")
+    return 0
+
+
 # --- attnspec demo ------------------------------------------------------------------------------
 
 
@@ -377,6 +406,16 @@ def build_parser() -> argparse.ArgumentParser:
     explain = commands.add_parser("explain", help="a claim, its source, its tests, its erratum")
     explain.add_argument("claim", metavar="CLAIM-ID")
     explain.set_defaults(handler=command_explain)
+
+    new = commands.add_parser(
+        "new",
+        help="write a skeleton implementation that conforms as written",
+        description="Write FILE: an Implementation of the family's arrays that conforms as "
+        "written, with the place for your kernel marked.",
+    )
+    new.add_argument("--family", required=True, choices=FAMILIES, help="the array library")
+    new.add_argument("file", type=Path, metavar="FILE", help="the module to write (mykernel.py)")
+    new.set_defaults(handler=command_new)
 
     demo = commands.add_parser("demo", help="the document's numbers, measured")
     demo.set_defaults(handler=command_demo)

@@ -87,7 +87,9 @@ def test_repeat_call_is_bit_identical(subject, dtype):
         )
 
 
-# Inputs that no implementation can attend: each must raise an error with a message.
+# Inputs that no implementation can attend: each must raise an error with a message. All are
+# called with the default scale, which for D = 0 is 1/sqrt(0): no number (the catalogue's
+# CONTRACT-ERRORS says why an explicit scale is another matter).
 UNATTENDABLE = {
     # name: (q shape, k shape, v shape)
     "batch-2-vs-3": ((2, 2, 8, 4), (3, 2, 8, 4), (3, 2, 8, 4)),

@@ -27,13 +27,33 @@ def test_list_shows_every_builtin_and_whether_it_runs_here():
     rows = {line.split()[0]: line for line in run.stdout.splitlines()[1:]}
     assert {"numpy_reference", "numpy", "torch_sdpa", "torch_sdpa_cuda"} <= set(rows)
     assert rows["numpy"].rstrip().endswith("yes")
-    assert "float64/float32" in rows["numpy"]
+
+
+@pytest.mark.parametrize(
+    "detail", [(), ("-v",), ("--impl", "numpy,tests.zoo.mutants:scaled_twice")]
+)
+def test_list_fits_100_columns_with_the_detail_behind_v_or_impl(detail):
+    run = attnspec("list", *detail)
+    assert run.returncode == 0, run.stderr
+    too_wide = [line for line in run.stdout.splitlines() if len(line) > 100]
+    assert not too_wide, too_wide
+    declares = "    declares: float64/float32; Tq<Tk, scale"
+    assert (declares in run.stdout) == bool(detail), run.stdout
+
+
+def test_an_unknown_hypothesis_profile_is_a_usage_error(suite):
+    run = suite("--hypothesis-profile", "nope", "-k", "nothing")
+    assert run.returncode == 4, run.stdout + run.stderr
+    assert "INTERNALERROR" not in run.stdout + run.stderr
+    assert "--hypothesis-profile 'nope' is not a profile; attnspec's are ci" in run.stderr
+    command = attnspec("run", "--impl", "numpy", "--", "--hypothesis-profile", "nope")
+    assert command.returncode == 2, command.stdout + command.stderr
 
 
 def test_list_names_an_unresolvable_impl_and_exits_with_usage_error():
     run = attnspec("list", "--impl", "tests.planted.plain:NOT_CALLABLE")
     assert run.returncode == 2
-    assert "neither an attnspec Implementation nor a callable" in run.stdout
+    assert "neither an attnspec Implementation nor a callable" in " ".join(run.stdout.split())
     assert "--impl tests.planted.plain:NOT_CALLABLE: not an implementation" in run.stderr
 
 
@@ -220,7 +240,7 @@ def test_every_subcommand_finds_a_kernel_file_in_the_current_directory(tmp_path)
 def test_list_with_impl_lists_only_what_was_named():
     run = attnspec("list", "--impl", "numpy")
     assert run.returncode == 0, run.stderr
-    rows = [line.split()[0] for line in run.stdout.splitlines()[1:]]
+    rows = [line.split()[0] for line in run.stdout.splitlines()[1:] if not line.startswith(" ")]
     assert rows == ["numpy"]
 
 

@@ -75,3 +75,24 @@ def test_answers_that_follow_no_convention_fail_contract_errors(suite, tmp_path)
     reproducers = [line for line in run.stdout.splitlines() if line.startswith("reproduce: ")]
     assert reproducers
     assert not [line for line in reproducers if "# B=" in line]
+
+
+def test_the_readme_example_written_with_one_over_sqrt_fails_on_head_dim_0(suite, tmp_path):
+    """What the README says of D = 0: the example raises only because Python's 0 ** -0.5 does."""
+    example = readme_example()
+    written_otherwise = example.replace("q.shape[-1] ** -0.5", "1 / np.sqrt(q.shape[-1])")
+    assert written_otherwise != example
+    (tmp_path / "mykernel.py").write_text(written_otherwise)
+    run = suite(
+        "--impl",
+        "mykernel:attention",
+        "--claims",
+        "CONTRACT-ERRORS",
+        "-k",
+        "unattendable",
+        env_overrides={"PYTHONPATH": str(tmp_path)},
+    )
+    assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-2000:]
+    failed = [line for line in run.stdout.splitlines() if line.startswith("FAILED")]
+    assert failed, run.stdout[-4000:]
+    assert all("head-dim-0" in line for line in failed), failed

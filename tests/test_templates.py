@@ -1,0 +1,95 @@
+"""The skeletons of ``attnspec new``: each conforms as written, and the README shows each exactly
+as the command writes it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from conformance.cli import FAMILIES, kernel_skeleton
+from tests.suite_process import ROOT, run_module
+
+README_SECTION = "## Your own implementation, on any array library"
+
+
+def readme_skeletons() -> dict[str, str]:
+    """family -> the README's example for it (a ```python block whose first line names it)."""
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split(README_SECTION, 1)[1]
+    section = section.split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    return {
+        re.search(r"Implementation on (\w+)", block).group(1).lower(): block for block in blocks
+    }
+
+
+def test_the_readme_shows_each_family_exactly_as_attnspec_new_writes_it():
+    shown = readme_skeletons()
+    names = {"numpy": "numpy", "pytorch": "torch", "jax": "jax", "cupy": "cupy"}
+    assert sorted(names[name] for name in shown) == sorted(FAMILIES)
+    for name, block in shown.items():
+        assert block == kernel_skeleton(names[name], "mykernel"), name
+
+
+def test_new_writes_a_named_skeleton_and_refuses_to_overwrite(tmp_path):
+    target = tmp_path / "flashy.py"
+    run = run_module("conformance", "new", "--family", "torch", str(target))
+    assert run.returncode == 0, run.stderr
+    assert target.read_text() == kernel_skeleton("torch", "flashy")
+    assert 'name = "flashy"' in target.read_text()
+    assert "attnspec run --impl flashy:MyKernel" in run.stdout
+    again = run_module("conformance", "new", "--family", "torch", str(target))
+    assert again.returncode == 2
+    assert f"{target} exists" in again.stderr
+    bad = run_module("conformance", "new", "--family", "numpy", str(tmp_path / "my-kernel.py"))
+    assert bad.returncode == 2
+    assert "give a Python module's file name" in bad.stderr
+
+
+def judged(suite, tmp_path, family: str) -> dict:
+    (tmp_path / "mykernel.py").write_text(kernel_skeleton(family, "mykernel"))
+    report_path = tmp_path / "report.json"
+    run = suite(
+        "--impl",
+        "mykernel:MyKernel",
+        "-n",
+        "2",
+        "--hypothesis-profile",
+        "verdicts",
+        "--report-json",
+        str(report_path),
+        env_overrides={"PYTHONPATH": str(tmp_path)},
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    (subject,) = [s for s in json.loads(report_path.read_text())["subjects"] if s["selector"]]
+    return subject
+
+
+def test_the_numpy_skeleton_conforms_as_written(suite, tmp_path):
+    subject = judged(suite, tmp_path, "numpy")
+    assert subject["verdict"] == "conforms"
+    assert subject["claims"]["LAYOUT-STRIDES"]["verdict"] == "met"
+
+
+@pytest.mark.optional_libraries
+def test_the_torch_skeleton_conforms_as_written(suite, tmp_path):
+    pytest.importorskip("torch")
+    subject = judged(suite, tmp_path, "torch")
+    assert subject["verdict"] == "conforms"
+    assert subject["claims"]["OUT-GRAD"]["verdict"] == "met"  # autograd, from TorchArrays
+
+
+def test_the_jax_skeleton_conforms_as_written(suite, tmp_path):
+    pytest.importorskip("jax", reason="jax is not installed (tox -e jax runs this)")
+    assert judged(suite, tmp_path, "jax")["verdict"] == "conforms"
+
+
+@pytest.mark.gpu
+def test_the_cupy_skeleton_conforms_as_written(suite, tmp_path):
+    from impls.cupy_arrays import CupyArrays
+
+    unavailable = CupyArrays().unavailable_reason()
+    if unavailable:
+        pytest.skip(unavailable)
+    assert judged(suite, tmp_path, "cupy")["verdict"] == "conforms"
