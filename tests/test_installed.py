@@ -54,7 +54,11 @@ class Installed:
     def run(self, command: str, cwd: Path) -> subprocess.CompletedProcess:
         """``command`` through the shell, as typed, with the venv's bin first on PATH (so that a
         printed ``python -m pytest ...`` runs the venv's python) and nothing of the checkout."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "ATTNSPEC_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PYTHON", "ATTNSPEC_", "PYTEST_"))  # a shell has none of these
+        }
         env["PATH"] = f"{self.bin}{os.pathsep}{env.get('PATH', '')}"
         env["VIRTUAL_ENV"] = str(self.bin.parent)
         return subprocess.run(
