@@ -56,6 +56,7 @@ from spec.catalogue import Catalogue, load_catalogue
 
 DESCRIPTIONS_INPUT = "attnspec_descriptions"  # the controller's descriptions, for xdist workers
 TRUTH_INPUT = "attnspec_truth"  # the controller's truth directory, for xdist workers
+TRUTH_SECRET_INPUT = "attnspec_truth_secret"  # and the key its entries are sealed under
 
 
 @dataclass
@@ -97,23 +98,36 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as exc:
         raise pytest.UsageError(f"attnspec: {exc}") from None
     settings = RunSettings.from_config(config, profile)
+    confinement = settings.confinement()
+    if settings.require_sandbox and confinement.level != "full":
+        raise pytest.UsageError(
+            f"attnspec: --require-sandbox, but workers would run {confinement.describe()}"
+        )
     worker_input = getattr(config, "workerinput", None)
     described = worker_input.get(DESCRIPTIONS_INPUT) if worker_input else None
     try:
         selection = select(
             settings.impl_options,
             in_process=settings.in_process,
+            sandbox=settings.sandbox,
             call_timeout=settings.call_timeout,
             descriptions=json.loads(described) if described else None,
         )
     except RegistryError as exc:
         raise pytest.UsageError(f"attnspec: {exc}") from None
     catalogue = load_catalogue()
-    run = Run(settings, catalogue, selection, Ledger(catalogue, [s.client.name for s in selection]))
+    ledger = Ledger(catalogue, [s.client.name for s in selection])
+    ledger.unconfined = {
+        s.client.name: s.client.sandbox
+        for s in selection
+        if not s.client.sandbox.startswith("full")
+    }
+    run = Run(settings, catalogue, selection, ledger)
     config.stash[RUN_KEY] = run
     if worker_input is not None:
         shared = worker_input.get(TRUTH_INPUT)
         TRUTH.directory = Path(shared) if shared else None
+        TRUTH.secret = bytes.fromhex(worker_input[TRUTH_SECRET_INPUT])
     elif settings.truth_cache:
         TRUTH.directory = Path(tempfile.mkdtemp(prefix="attnspec-truth-"))
         run.owns_truth = True
@@ -165,6 +179,7 @@ class WorkerInputs:
     def pytest_configure_node(self, node) -> None:
         node.workerinput[DESCRIPTIONS_INPUT] = self.descriptions
         node.workerinput[TRUTH_INPUT] = str(TRUTH.directory) if TRUTH.directory else ""
+        node.workerinput[TRUTH_SECRET_INPUT] = TRUTH.secret.hex()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

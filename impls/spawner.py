@@ -10,11 +10,18 @@ starts one per process and environment, as ``python -m impls.spawner FD``.
 The line to the judge is a Unix socket of packets, each a pickled request with the file
 descriptors it hands over, answered in order:
 
-- ``("start", selector, paths, cwd)`` with the worker's end of its socket pair and the file its
-  output goes to: ``("started", pid)``.
-- ``("wait", pid, timeout)``: ``("exited", returncode)`` (negative for a signal, as
+- ``("start", selector, paths, cwd, scratch)`` with the worker's end of its socket pair and the
+  file its output goes to: ``("started", pid)``; the worker confines itself to ``scratch``
+  (:mod:`impls.sandbox`), or runs unconfined where it is None.
+- ``("wait", pid, timeout)``: ``("exited", returncode, left)`` (negative for a signal, as
   ``subprocess`` has it), or ``("running",)`` when ``timeout`` seconds pass first (``None``:
   wait for the end); ``("error", message)`` for a pid that is not a worker it has not waited for.
+  ``left`` counts the worker's descendants that outlived it, which the spawner then killed.
+
+No process outlives its worker: a worker is a child subreaper (:mod:`impls.sandbox`), so every
+descendant stays in its tree while it lives; when it ends, they come to the spawner, itself a
+subreaper, which kills and reaps every child that is not a worker (a daemon that left its
+worker's process group and session included) whenever a worker ends, and before it ends itself.
 
 A forked worker closes its copy of this line before anything else runs, so nothing an
 implementation does can speak for the spawner. The spawner ends when the judge closes the line.
@@ -22,6 +29,7 @@ implementation does can speak for the spawner. The spawner ends when the judge c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -32,6 +40,7 @@ import time
 import traceback
 
 from impls import worker
+from impls.sandbox import become_subreaper
 
 MAX_PACKET = 1 << 20  # a request holds a selector and the judge's sys.path
 # What a fresh interpreter does on SIGINT here: KeyboardInterrupt, or nothing where the judge's
@@ -40,7 +49,14 @@ SIGINT_AT_START = signal.getsignal(signal.SIGINT)
 WAIT_POLL = (0.001, 0.05)  # seconds between two looks at a worker that has not ended: first, most
 
 
-def start(line: socket.socket, selector: str, paths: list[str], cwd: str, fds: list[int]) -> int:
+def start(
+    line: socket.socket,
+    selector: str,
+    paths: list[str],
+    cwd: str,
+    scratch: str | None,
+    fds: list[int],
+) -> int:
     connection_fd, output_fd = fds
     sys.stdout.flush()
     sys.stderr.flush()
@@ -54,15 +70,54 @@ def start(line: socket.socket, selector: str, paths: list[str], cwd: str, fds: l
             os.close(output_fd)
             os.chdir(cwd)
             # What python -m impls.worker would have seen as its arguments.
-            sys.argv = [worker.__file__, str(connection_fd), json.dumps(paths), selector]
-            worker.run(connection_fd, paths, selector)
+            sys.argv = [
+                worker.__file__,
+                str(connection_fd),
+                json.dumps(paths),
+                selector,
+                scratch or "",
+            ]
+            worker.run(connection_fd, paths, selector, scratch)
         except BaseException:
             traceback.print_exc()
         finally:
             os._exit(1)
     os.close(connection_fd)
     os.close(output_fd)
+    WORKERS.add(pid)
     return pid
+
+
+WORKERS: set[int] = set()  # the workers forked and not yet waited for
+
+
+def children() -> dict[int, bool]:
+    """This process's children, read from /proc (the workers and whatever came back to it),
+    each with whether it still runs (it is not a zombie)."""
+    mine, found = os.getpid(), {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    state, parent = stat.read().rsplit(b")", 1)[1].split()[:2]
+            except (OSError, ValueError):
+                continue
+            if int(parent) == mine:
+                found[int(entry.name)] = state != b"Z"
+    return found
+
+
+def sweep() -> int:
+    """Kills and reaps every child that is not a live worker: descendants that outlived theirs.
+    Returns how many of them were still running."""
+    left = {pid: running for pid, running in children().items() if pid not in WORKERS}
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for pid in left:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    return sum(left.values())
 
 
 def wait(pid: int, timeout: float | None) -> int | None:
@@ -72,6 +127,7 @@ def wait(pid: int, timeout: float | None) -> int | None:
     while True:
         ended, status = os.waitpid(pid, os.WNOHANG)
         if ended:
+            WORKERS.discard(pid)
             return os.waitstatus_to_exitcode(status)
         if deadline is not None and time.monotonic() >= deadline:
             return None
@@ -96,7 +152,7 @@ def serve(line: socket.socket) -> None:
             except ChildProcessError as exc:  # not a worker of this spawner, or waited for before
                 reply = ("error", f"pid {request[1]}: {exc}")
             else:
-                reply = ("running",) if returncode is None else ("exited", returncode)
+                reply = ("running",) if returncode is None else ("exited", returncode, sweep())
         else:
             reply = ("unknown", request[0])
         line.send(pickle.dumps(reply))
@@ -106,4 +162,11 @@ if __name__ == "__main__":
     # A Ctrl-C reaches the whole process group: the workers take it as a fresh interpreter would,
     # the spawner lives on until the judge closes its line, so the judge can still wait for them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    serve(socket.socket(fileno=int(sys.argv[1])))
+    become_subreaper()
+    try:
+        serve(socket.socket(fileno=int(sys.argv[1])))
+    finally:
+        for pid in WORKERS:  # the judge has gone: nothing it started may stay
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        sweep()

@@ -24,11 +24,13 @@ import sys
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from impls.contract import Implementation
+from impls.sandbox import Confinement, become_subreaper, confine
 
 OPS = ("attention", "attention_weights", "vjp")
 
@@ -258,12 +260,12 @@ def handle(
     return ("ok", {"result": result, "input_device": input_device})
 
 
-def serve(conn: Connection, selector: str) -> None:
+def serve(conn: Connection, selector: str, confinement: Confinement) -> None:
     from impls.registry import RegistryError, resolve
 
     try:
         impl = resolve(selector)
-        description = describe(impl)
+        description = describe(impl) | {"sandbox": confinement.describe()}
     except RegistryError as exc:
         send_message(conn, ("registry-error", str(exc)))
         return
@@ -284,16 +286,28 @@ def serve(conn: Connection, selector: str) -> None:
         send_message(conn, reply)
 
 
-def run(fd: int, paths: list[str], selector: str) -> None:
+def run(fd: int, paths: list[str], selector: str, scratch: str | None) -> None:
     """The worker's life, in a process started for it or forked for it by :mod:`impls.spawner`;
-    it never returns."""
+    it never returns. With a ``scratch`` directory, it is confined (:mod:`impls.sandbox`) before
+    the selector is resolved, so nothing of the implementation runs unconfined."""
     sys.path[:] = paths  # the judge's: a kernel file in its current directory resolves here too
     faulthandler.enable()  # a segfault's traceback goes to stderr, which the judge shows
-    serve(Connection(fd), selector)
+    with contextlib.suppress(PermissionError):  # already a group leader where started so
+        os.setsid()  # its own process group, which the judge ends with it
+    if sys.platform == "linux":
+        become_subreaper()
+    if scratch is None:
+        confinement = Confinement("none", "--no-sandbox")
+    else:
+        try:
+            confinement = confine(Path(scratch))
+        except OSError as exc:
+            confinement = Confinement("none", f"confining failed: {exc}")
+    serve(Connection(fd), selector, confinement)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # threads the implementation left running must not keep its worker alive
 
 
 if __name__ == "__main__":
-    run(int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3])
+    run(int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4] or None)

@@ -31,7 +31,7 @@ def test_an_entry_is_computed_once_and_keyed_by_inputs_and_parameters(tmp_path):
     np.testing.assert_array_equal(again, first)
     np.testing.assert_array_equal(other, 3 * q)
     np.testing.assert_array_equal(changed, 2 * (q + 1))
-    another_process = TruthCache(tmp_path)  # nothing in its memory: it reads the entry
+    another_process = TruthCache(tmp_path, cache.secret)  # nothing in memory: it reads the entry
     np.testing.assert_array_equal(computed_by(another_process, q, {"causal": True}, calls), 2 * q)
     assert len(calls) == 3
     assert another_process.reused == 1
@@ -75,11 +75,32 @@ def test_a_damaged_entry_is_recomputed_not_trusted(tmp_path, damage):
     else:
         data = bytearray()
     entry.write_bytes(bytes(data))
-    another_process = TruthCache(tmp_path)  # what it did not write itself, it reads
+    another_process = TruthCache(tmp_path, cache.secret)  # what it did not write, it reads
     value = computed_by(another_process, q, {"causal": True}, calls)
     np.testing.assert_array_equal(value, 2 * q)
     assert len(calls) == 2
     assert another_process.rejected == 1
+
+
+def test_entries_are_sealed_under_the_runs_secret(tmp_path):
+    """What another run, or an implementation that reaches the directory, can do: not find the
+    entry for its inputs, not read one, and not pass off one of its own."""
+    run, calls = TruthCache(tmp_path), []
+    q = np.linspace(-1, 1, 12).reshape(3, 4)
+    computed_by(run, q, {"causal": True}, calls)
+    (entry,) = tmp_path.glob("*.npy")
+    assert q.tobytes() not in entry.read_bytes()
+    assert (2 * q).tobytes() not in entry.read_bytes()
+    outsider = TruthCache(tmp_path)  # a secret of its own, as every other process has
+    assert outsider.path_of("attention", inputs_digest(q), {"causal": True}) != entry
+    assert outsider._read(entry) is None
+    assert outsider.rejected == 1
+    forged = outsider.path_of("attention", inputs_digest(q), {"causal": True})
+    outsider._write(forged, np.zeros_like(q))
+    entry.write_bytes(forged.read_bytes())  # the forgery under the name the run looks up
+    value = computed_by(TruthCache(tmp_path, secret=run.secret), q, {"causal": True}, calls)
+    np.testing.assert_array_equal(value, 2 * q)
+    assert len(calls) == 2  # rejected and recomputed
 
 
 def test_verdicts_are_the_same_with_and_without_the_shared_truth(suite, tmp_path):

@@ -5,8 +5,14 @@ Every implementation in a test gets the same inputs (they come from the seed, th
 case), so the oracle's output and the naive baseline need not be computed again for each one.
 Entries are content-addressed: the key hashes what is computed, its parameters, the inputs'
 bytes, shapes and dtypes, and the source of ``spec/formula.py``, so a changed formula never meets
-an old entry. Each file holds the SHA-256 of its payload; an entry whose payload does not match,
-or that cannot be read, is recomputed and rewritten, never trusted. A process keeps the entries it
+an old entry. Entries are sealed under the run's secret, a random key that only the judge's
+processes hold (the controller draws it; pytest-xdist hands it to its workers over their own
+channel, never through the environment, argv or a file): a file's name is the HMAC of its key, its
+payload is enciphered with a SHAKE-256 keystream and authenticated by an HMAC-SHA256 tag. An
+implementation that reaches the directory (unconfined, or a cwd of /tmp) can then neither find the
+entry for its inputs, nor read one, nor forge one; an entry whose tag does not match (torn,
+tampered with, another run's), or that cannot be read, is recomputed and rewritten, never trusted,
+and counted as rejected. A process keeps the entries it
 has read or written (up to :data:`REMEMBERED_BYTES`), read-only, since the next implementation
 asks for the same ones. Without a directory (the ``--no-truth-cache`` option, or code outside a
 run) everything is computed where it is asked for.
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import io
 import os
 import tempfile
@@ -41,8 +48,9 @@ REMEMBERED_BYTES = 256 << 20  # a process's own copies of entries, the least rec
 class TruthCache:
     """Content-addressed float64 arrays in one directory shared by the run's processes."""
 
-    def __init__(self, directory: Path | None = None):
+    def __init__(self, directory: Path | None = None, secret: bytes | None = None):
         self.directory = directory
+        self.secret = os.urandom(32) if secret is None else secret
         self.computed = self.reused = self.rejected = 0
         self.remembered: OrderedDict[Path, np.ndarray] = OrderedDict()
         self.remembered_bytes = 0
@@ -53,8 +61,7 @@ class TruthCache:
         """The value of ``compute()`` for the inputs whose :func:`inputs_digest` is ``inputs``:
         from the directory when a sound entry is there, else computed now (and stored for the
         others). Needs a directory: without one, callers compute in place and hash nothing."""
-        key = f"{FORMULA_DIGEST} {kind} {inputs} {sorted(params.items())!r}"
-        path = self.directory / f"{hashlib.sha256(key.encode()).hexdigest()}.npy"
+        path = self.path_of(kind, inputs, params)
         value = self.remembered.get(path)
         if value is not None:
             self.remembered.move_to_end(path)
@@ -68,6 +75,22 @@ class TruthCache:
             self.computed += 1
             self._write(path, value)
         return self._remember(path, value)
+
+    def path_of(self, kind: str, inputs: str, params: dict) -> Path:
+        """Where the entry of ``kind`` for these inputs and parameters lies."""
+        key = f"{FORMULA_DIGEST} {kind} {inputs} {sorted(params.items())!r}"
+        return self.directory / f"{self._mac(key.encode()).hex()}.npy"
+
+    def _mac(self, data: bytes) -> bytes:
+        return hmac.digest(self.secret, data, "sha256")
+
+    def _keystream(self, path: Path, size: int) -> np.ndarray:
+        stream = hashlib.shake_256(self.secret + path.name.encode()).digest(size)
+        return np.frombuffer(stream, dtype=np.uint8)
+
+    def _enciphered(self, path: Path, data: bytes) -> bytes:
+        """``data`` XOR the entry's keystream: enciphers and deciphers alike."""
+        return (np.frombuffer(data, dtype=np.uint8) ^ self._keystream(path, len(data))).tobytes()
 
     def _remember(self, path: Path, value: np.ndarray) -> np.ndarray:
         """``value``, made read-only (every later caller gets this same array) and kept."""
@@ -89,12 +112,12 @@ class TruthCache:
             data = path.read_bytes()
         except FileNotFoundError:
             return None
-        digest, payload = data[:DIGEST_BYTES], data[DIGEST_BYTES:]
-        if hashlib.sha256(payload).digest() != digest:
-            self.rejected += 1  # torn, truncated or tampered with: recomputed, never trusted
+        tag, sealed = data[:DIGEST_BYTES], data[DIGEST_BYTES:]
+        if not hmac.compare_digest(tag, self._mac(path.name.encode() + sealed)):
+            self.rejected += 1  # torn, tampered with, or another run's: recomputed, not trusted
             return None
         try:
-            return np.load(io.BytesIO(payload), allow_pickle=False)
+            return np.load(io.BytesIO(self._enciphered(path, sealed)), allow_pickle=False)
         except ValueError:
             self.rejected += 1
             return None
@@ -102,11 +125,11 @@ class TruthCache:
     def _write(self, path: Path, value: np.ndarray) -> None:
         buffer = io.BytesIO()
         np.save(buffer, value, allow_pickle=False)
-        payload = buffer.getvalue()
+        sealed = self._enciphered(path, buffer.getvalue())
         # Written aside and renamed, so another process never reads half an entry.
         handle, temporary = tempfile.mkstemp(dir=self.directory, suffix=".part")
         with os.fdopen(handle, "wb") as out:
-            out.write(hashlib.sha256(payload).digest() + payload)
+            out.write(self._mac(path.name.encode() + sealed) + sealed)
         os.replace(temporary, path)
 
 

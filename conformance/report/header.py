@@ -38,6 +38,7 @@ def header_lines(
             "attnspec: each implementation runs in a worker process of its own; call deadline "
             + settings.call_deadline()
         )
+    lines.append(f"attnspec: sandbox: {settings.confinement().describe()}")
     lines.append(
         "attnspec: the float64 truth is computed once per inputs and shared"
         if settings.truth_cache

@@ -10,6 +10,7 @@ Schema ``attnspec-report/1``::
       "subjects": [                          # "(mathematics)" first, then each implementation
         {"name": ..., "selector": ...,       # what --impl takes to select it again (null: maths)
          "version": ..., "device": ..., "family": ..., "capabilities": ...,
+         "sandbox": "full" | "partial (what is missing)" | "none (why)",  # how its worker ran
          "skip_reason": null | "...",        # why it could not run here
          "verdict": "conforms" | "FAILS" | "NOT RUN",
          "claims": {CLAIM_ID: {"level": "MUST" | "SHOULD" | "INFO",
@@ -66,6 +67,7 @@ def subject_entry(ledger: Ledger, name: str, selected: Selected | None) -> dict:
             device=client.device,
             family=client.family,
             capabilities=client.capabilities.describe(),
+            sandbox=client.sandbox,
             skip_reason=selected.skip_reason,
         )
     entry["conventions"] = ledger.conventions_followed(name)

@@ -108,6 +108,8 @@ class Ledger:
         self.figures: dict[str, dict[str, object]] = defaultdict(dict)
         # row -> dtype -> the largest error / tolerance budget of its tests in that dtype
         self.budget_fractions: dict[str, dict[str, float]] = defaultdict(dict)
+        # implementation -> how its worker was confined, where not fully (impls.sandbox)
+        self.unconfined: dict[str, str] = {}
 
     def note_budget_fraction(self, row: str, dtype: str, fraction: float) -> None:
         self.budget_fractions[row][dtype] = worst_fraction(
@@ -197,6 +199,8 @@ class Ledger:
             verdict = self.row_verdict(row)
             counts = ", ".join(f"{len(by_verdict[v])} {v}" for v in ClaimVerdict if by_verdict[v])
             lines.append(f"{row:<{width}}  {verdict:<8}  {counts}")
+            if row in self.unconfined:
+                lines.append(f"{'':<{width}}    judged UNCONFINED: sandbox {self.unconfined[row]}")
             followed = self.conventions_followed(row)
             if followed:
                 lines.append(

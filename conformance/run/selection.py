@@ -51,6 +51,7 @@ def select(
     environ=os.environ,
     *,
     in_process: bool = False,
+    sandbox: bool = True,
     call_timeout: float | None = None,
     descriptions: dict[str, dict] | None = None,
 ) -> list[Selected]:
@@ -64,7 +65,11 @@ def select(
     else:
         names = split_names([environ.get(ENV_VAR, "")]) or list(BUILTINS)
     clients = open_clients(
-        names, in_process=in_process, call_timeout=call_timeout, descriptions=descriptions
+        names,
+        in_process=in_process,
+        sandbox=sandbox,
+        call_timeout=call_timeout,
+        descriptions=descriptions,
     )
     selected = [Selected(client, name) for client, name in zip(clients, names, strict=True)]
     seen: dict[str, str] = {}

@@ -12,6 +12,7 @@ import pytest
 
 from conformance.run.selection import ENV_VAR, split_names
 from conformance.run.workers import DEFAULT_CALL_TIMEOUT
+from impls.sandbox import Confinement, expected_confinement
 from spec.catalogue import load_catalogue
 
 DEFAULT_SEED = 20261129
@@ -149,6 +150,21 @@ def add_options(parser: pytest.Parser) -> None:
         "process per implementation.",
     )
     group.addoption(
+        "--no-sandbox",
+        action="store_true",
+        default=False,
+        help="run workers unconfined, for debugging: an implementation can then write files, "
+        "signal or trace the judge, and read the shared truth. Default: each worker confined "
+        "(impls/sandbox.py) as far as the kernel allows.",
+    )
+    group.addoption(
+        "--require-sandbox",
+        action="store_true",
+        default=False,
+        help="a run whose workers cannot be fully confined (no Landlock, an ABI before 6, "
+        "--no-sandbox, --in-process) is a usage error. Default: it runs, and says so.",
+    )
+    group.addoption(
         "--no-truth-cache",
         action="store_true",
         default=False,
@@ -184,6 +200,8 @@ class RunSettings:
     fail_on_should: bool
     call_timeout: float | None
     in_process: bool
+    sandbox: bool  # workers confined (impls.sandbox); not with --no-sandbox or --in-process
+    require_sandbox: bool
     truth_cache: bool
     report_json: Path | None
     report_html: Path | None
@@ -201,6 +219,8 @@ class RunSettings:
             fail_on_should=config.getoption("fail_on_should"),
             call_timeout=config.getoption("call_timeout"),
             in_process=config.getoption("in_process"),
+            sandbox=not (config.getoption("no_sandbox") or config.getoption("in_process")),
+            require_sandbox=config.getoption("require_sandbox"),
             truth_cache=not config.getoption("no_truth_cache"),
             report_json=config.getoption("report_json"),
             report_html=config.getoption("report_html"),
@@ -217,6 +237,14 @@ class RunSettings:
         if self.hypothesis_seed is not None:
             options.append(f"--hypothesis-seed {self.hypothesis_seed}")
         return " ".join(options)
+
+    def confinement(self) -> Confinement:
+        """How far this run's workers will be confined."""
+        if self.in_process:
+            return Confinement("none", "--in-process: implementations run in the judge")
+        if not self.sandbox:
+            return Confinement("none", "--no-sandbox")
+        return expected_confinement()
 
     def call_deadline(self) -> str:
         """The call deadline in words, for the report header."""

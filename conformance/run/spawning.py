@@ -96,6 +96,7 @@ class ForkedWorker:
         self.spawner = spawner
         self.pid = pid
         self.returncode: int | None = None
+        self.left_running = 0  # its descendants that outlived it (the spawner killed them)
         # Readable once the process has ended: whether it lives, without asking the spawner (the
         # judge asks before every call).
         try:
@@ -109,6 +110,7 @@ class ForkedWorker:
             if reply[0] == "running":
                 raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
             self.set_returncode(reply[1])
+            self.left_running = reply[2]
         return self.returncode
 
     def set_returncode(self, returncode: int) -> None:
@@ -162,9 +164,14 @@ def close_spawners() -> None:
 
 
 def start_worker(
-    selector: str, env: dict[str, str], worker_end: socket.socket, output: IO[bytes]
+    selector: str,
+    env: dict[str, str],
+    worker_end: socket.socket,
+    output: IO[bytes],
+    scratch: str | None,
 ) -> ForkedWorker | subprocess.Popen:
-    """A worker serving ``selector`` on ``worker_end``, printing into ``output``."""
+    """A worker serving ``selector`` on ``worker_end``, printing into ``output``, confined to
+    ``scratch`` (None: unconfined)."""
     paths = [os.getcwd() if p == "" else p for p in sys.path]
     if not WORKERS_ARE_FORKED:
         return subprocess.Popen(
@@ -175,14 +182,16 @@ def start_worker(
                 str(worker_end.fileno()),
                 json.dumps(paths),
                 selector,
+                scratch or "",
             ],
             pass_fds=(worker_end.fileno(),),
+            start_new_session=True,
             stdin=subprocess.DEVNULL,
             stdout=output,
             stderr=subprocess.STDOUT,
             env=env,
         )
-    request = ("start", selector, paths, os.getcwd())
+    request = ("start", selector, paths, os.getcwd(), scratch)
     fds = (worker_end.fileno(), output.fileno())
     try:
         spawner = spawner_for(env)

@@ -20,10 +20,13 @@ and ``os.fork`` from a clean interpreter (:mod:`conformance.run.spawning`).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -151,19 +154,23 @@ class OutputTail:
 class ProcessChannel:
     """A worker process serving one selector; started again after it dies."""
 
-    def __init__(self, selector: str):
+    def __init__(self, selector: str, sandbox: bool = True):
         self.selector = selector
         self.output = OutputTail()
         self.process: ForkedWorker | subprocess.Popen | None = None
         self.conn: Connection | None = None
+        # The worker's own directory, its TMPDIR and caches: all it may write (impls.sandbox).
+        self.scratch = Path(tempfile.mkdtemp(prefix="attnspec-scratch-")) if sandbox else None
+        self.left_running = 0  # descendants of its workers that outlived them, and were killed
 
     def start(self) -> None:
         judge_end, worker_end = socket.socketpair()
         here = str(Path(impls.__file__).resolve().parent.parent)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
+        scratch = str(self.scratch) if self.scratch else None
         with self.output.sink() as sink:
-            self.process = start_worker(self.selector, env, worker_end, sink)
+            self.process = start_worker(self.selector, env, worker_end, sink, scratch)
         worker_end.close()
         self.conn = Connection(judge_end.detach())
 
@@ -193,7 +200,12 @@ class ProcessChannel:
 
     def kill(self) -> None:
         if self.process is not None:
+            # Its process group (the worker leads one of its own): it and whatever it started
+            # that stayed in the group, the worker's exit notwithstanding.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.process.kill()
+            self.left_running += getattr(self.process, "left_running", 0)
             self.process.wait()
             self.conn.close()
             self.process = None
@@ -209,9 +221,12 @@ class ProcessChannel:
         self.output.collect()
 
     def discard(self) -> None:
-        """Closes a worker that serves no client, and removes the file of what it printed."""
+        """Closes a worker that serves no client, and removes the file of what it printed and
+        its scratch directory."""
         self.close()
         self.output.remove()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 class InProcessChannel:
@@ -275,6 +290,13 @@ class ImplementationClient:
 
     def unavailable_reason(self) -> str | None:
         return self.description["unavailable_reason"]
+
+    @property
+    def sandbox(self) -> str:
+        """How its worker is confined, as the worker found it (impls.sandbox.Confinement)."""
+        if self.in_process:
+            return "none (--in-process: it runs in the judge)"
+        return self.description.get("sandbox", "none (its worker did not say)")
 
     # --- the Implementation interface, over the line ----------------------------------------
 
@@ -405,8 +427,15 @@ class ImplementationClient:
     def close(self) -> None:
         if self.in_process:
             self.channel.close()
-        else:
-            self.channel.discard()
+            return
+        self.channel.discard()
+        if self.channel.left_running:
+            print(
+                f"attnspec: {self.name} left {self.channel.left_running} process(es) running "
+                "after its worker ended; they were killed",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def __repr__(self) -> str:
         where = "in-process" if self.in_process else "worker"
@@ -417,6 +446,7 @@ def open_clients(
     selectors: list[str],
     *,
     in_process: bool = False,
+    sandbox: bool = True,
     call_timeout: float | None = None,
     descriptions: dict[str, dict] | None = None,
 ) -> list[ImplementationClient]:
@@ -432,7 +462,7 @@ def open_clients(
             ImplementationClient(s, channels[s].describe(), channels[s], call_timeout)
             for s in selectors
         ]
-    channels = {s: ProcessChannel(s) for s in selectors}
+    channels = {s: ProcessChannel(s, sandbox) for s in selectors}
     if descriptions is not None:
         return [
             ImplementationClient(s, descriptions[s], channels[s], call_timeout) for s in selectors

@@ -20,7 +20,10 @@ __version__ = json.dumps(
         "cwd": os.getcwd(),
         "mark": os.environ.get("ATTNSPEC_TEST_MARK"),
         "path": sys.path,
-        "argv": [os.path.basename(sys.argv[0]), *sys.argv[2:]],
+        # paths and selector; not the connection's descriptor, nor the worker's own scratch
+        "argv": [os.path.basename(sys.argv[0]), *sys.argv[2:4]],
+        "scratch_argument": os.path.basename(sys.argv[4]).startswith("attnspec-scratch-"),
+        "tmpdir_is_the_scratch": os.environ.get("TMPDIR") == sys.argv[4],
         "sigint": getattr(signal.getsignal(signal.SIGINT), "__name__", None)
         or str(signal.getsignal(signal.SIGINT)),
         "python_threads": threading.active_count(),

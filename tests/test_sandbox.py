@@ -1,0 +1,196 @@
+"""The judge out of the judged's reach: implementations that forge or read the truth, signal or
+trace the judge, leave a daemon or write files where the judge reads FAIL, and change nothing
+else: not numpy's verdict beside them, not the report, not a concurrent run, not the files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from impls.sandbox import expected_confinement
+from tests.suite_process import ROOT, run_module
+
+PLANTED = "tests.planted.escaping"
+ATTACKS = (
+    "forges_the_truth",
+    "reads_the_truth",
+    "stops_the_judge",
+    "terminates_the_judge",
+    "kills_the_judge",
+    "leaves_a_daemon_that_rewrites_the_report",
+    "writes_files_where_the_judge_reads",
+    "traces_the_judge",
+)
+# Past this, a run the attacks stopped or slowed counts as lost (each run takes seconds).
+BOUND = 300
+
+pytestmark = pytest.mark.skipif(
+    expected_confinement().level != "full",
+    reason=f"workers cannot be fully confined here: {expected_confinement().describe()}",
+)
+
+
+def judged(report: Path) -> dict[str, dict]:
+    return {s["name"]: s for s in json.loads(report.read_text())["subjects"]}
+
+
+def planted_run(mode: str, tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """numpy and every attack judged on OUT-FORMULA: serially, under -n 2, or through attnspec
+    run; the files the attacks aim at are named by ATTNSPEC_PLANTED_MARK."""
+    report = tmp_path / f"{mode}.json"
+    impls = ",".join(["numpy", *(f"{PLANTED}:{name}" for name in ATTACKS)])
+    options = ["--impl", impls, "--claims", "OUT-FORMULA", "--report-json", str(report), *extra]
+    env = {"ATTNSPEC_PLANTED_MARK": str(tmp_path / "mark")}
+    if mode == "attnspec run":
+        run = run_module("conformance", "run", *options, "-n", "2", timeout=BOUND, env=env)
+    else:
+        parallel = ["-n", "2"] if mode == "xdist" else []
+        run = run_module(
+            "pytest", "conformance", "-p", "no:cacheprovider", *options, *parallel,
+            timeout=BOUND, env=env,
+        )  # fmt: skip
+    return run, report
+
+
+@pytest.mark.parametrize("mode", ["serial", "xdist", "attnspec run"])
+def test_every_attack_fails_and_changes_nothing_else(tmp_path, mode):
+    concurrent_report = tmp_path / "concurrent.json"
+    concurrent = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", "-q",
+         "--impl", "tests.planted.plain:correct", "--claims", "OUT-FORMULA",
+         "--report-json", str(concurrent_report)],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    started = time.monotonic()
+    run, report = planted_run(mode, tmp_path)
+    output = run.stdout + run.stderr
+    assert run.returncode == 1, output[-4000:]
+    assert time.monotonic() - started < BOUND
+    subjects = judged(report)
+    assert subjects["numpy"]["verdict"] == "conforms"
+    assert subjects["numpy"]["sandbox"] == "full"
+    for name in ATTACKS:
+        assert subjects[f"{PLANTED}:{name}"]["verdict"] == "FAILS", name
+        assert subjects[f"{PLANTED}:{name}"]["sandbox"] == "full", name
+    time.sleep(1)  # what a daemon would do once the judge has gone
+    assert judged(report)["numpy"]["verdict"] == "conforms"  # the report as the judge wrote it
+    assert not list(tmp_path.glob("mark*")), list(tmp_path.glob("mark*"))
+    assert not (ROOT / "mark.py").exists()
+    assert not (ROOT / "conformance" / "mark.py").exists()
+    assert concurrent.wait(timeout=BOUND) == 0
+    assert judged(concurrent_report)["tests.planted.plain:correct"]["verdict"] == "conforms"
+    if mode != "attnspec run":  # its progress goes to the terminal; pytest's output is checked
+        for attempt in ("forge the truth", "read the truth", "send SIGSTOP", "ptrace", "write"):
+            assert f"planted {attempt}" in output, attempt
+        done = [line for line in output.splitlines() if ": done:" in line]
+        assert all("attnspec-scratch-" in line for line in done), done  # its own HOME only
+
+
+def test_unconfined_a_worker_writes_where_it_likes_but_cannot_read_the_sealed_truth(tmp_path):
+    """What the tests above would see without the sandbox (--no-sandbox): the write goes
+    through. The truth is sealed under the run's secret all the same (conformance/judge/truth.py):
+    reading the entries numpy's judgement left passes nothing."""
+    report = tmp_path / "report.json"
+    impls = f"numpy,{PLANTED}:reads_the_truth,{PLANTED}:writes_beside_the_mark"
+    run = run_module(
+        "pytest", "conformance", "-p", "no:cacheprovider", "--impl", impls,
+        "--claims", "OUT-FORMULA", "--no-sandbox", "--report-json", str(report),
+        env={"ATTNSPEC_PLANTED_MARK": str(tmp_path / "mark")},
+    )  # fmt: skip
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert (tmp_path / "mark.written").exists()
+    assert "planted read the truth: done: no entry for these inputs" in run.stdout
+    subjects = judged(report)
+    assert subjects[f"{PLANTED}:writes_beside_the_mark"]["sandbox"] == "none (--no-sandbox)"
+    reader = subjects[f"{PLANTED}:reads_the_truth"]["claims"]["OUT-FORMULA"]
+    assert reader["passed"] == 0, reader
+
+
+@pytest.mark.parametrize(
+    ("abi", "level"),
+    [("0", "none (the kernel offers no Landlock"), ("5", "partial (Landlock ABI 5")],
+)
+def test_a_kernel_that_cannot_confine_is_said_and_refused_on_request(abi, level):
+    env = {"ATTNSPEC_LANDLOCK_ABI": abi}
+    run = run_module(
+        "pytest", "conformance", "-p", "no:cacheprovider", "--impl", "numpy",
+        "--claims", "SCORE-SHAPE", env=env,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert f"attnspec: sandbox: {level}" in run.stdout
+    assert "judged UNCONFINED: sandbox " + level in run.stdout
+    refused = run_module(
+        "pytest", "conformance", "-p", "no:cacheprovider", "--impl", "numpy",
+        "--require-sandbox", env=env,
+    )  # fmt: skip
+    assert refused.returncode == 4
+    assert "--require-sandbox, but workers would run " + level in refused.stderr
+
+
+# Loads impls/sandbox.py by its path (it needs only the standard library), so that an ordinary
+# user runs it whether or not the site-packages of this interpreter are readable to it.
+CONFINED_PROCESS = """
+import ctypes, importlib.util, os, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("sandbox", sys.argv[3])
+sandbox = sys.modules["sandbox"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sandbox)
+scratch, parent = Path(sys.argv[1]), os.getppid()
+print("confined", sandbox.confine(scratch).describe())
+(scratch / "written").write_text("ok")
+for what, attempt in [
+    ("write outside", lambda: Path(sys.argv[2]).write_text("escaped")),
+    ("list /tmp", lambda: os.listdir("/tmp")),
+    ("signal the parent", lambda: os.kill(parent, 0)),
+    ("read the parent's memory", lambda: open(f"/proc/{parent}/mem", "rb")),
+]:
+    try:
+        attempt()
+        print("ALLOWED", what)
+    except OSError:
+        print("refused", what)
+libc = ctypes.CDLL(None, use_errno=True)
+print("refused ptrace" if libc.ptrace(16, parent, 0, 0) != 0 else "ALLOWED ptrace")
+status = Path("/proc/self/status").read_text().splitlines()
+print("capabilities", [line for line in status if line.startswith("CapEff")][0].split()[1])
+"""
+
+
+@pytest.mark.parametrize("user", ["this one", "an ordinary one"])
+def test_a_confined_process_can_write_only_its_scratch_as_root_and_as_an_ordinary_user(
+    request, user
+):
+    command = [sys.executable, "-c", CONFINED_PROCESS]
+    if user == "an ordinary one":
+        if os.geteuid() != 0 or shutil.which("setpriv") is None:
+            pytest.skip("needs root and setpriv to start a process as nobody")
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+    # Beside tmp_path, whose parents an ordinary user may not enter.
+    shared = Path(tempfile.mkdtemp(prefix="attnspec-sandbox-test-"))
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    shared.chmod(0o777)
+    scratch = shared / "scratch"
+    scratch.mkdir()
+    scratch.chmod(0o777)
+    outside = shared / "outside"
+    run = subprocess.run(
+        [*command, str(scratch), str(outside), str(ROOT / "impls" / "sandbox.py")],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "confined full" in run.stdout
+    assert "ALLOWED" not in run.stdout, run.stdout
+    assert run.stdout.count("refused") == 5, run.stdout
+    assert "capabilities 0000000000000000" in run.stdout
+    assert (scratch / "written").read_text() == "ok"
+    assert not outside.exists()
