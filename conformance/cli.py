@@ -362,7 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"hypothesis profile (default: {DEFAULT_PROFILE})",
     )
     run.add_argument(
-        "--seed", type=seed_value, metavar="N", help="input seed (default: the suite's)"
+        "--seed",
+        type=seed_value,
+        metavar="N|random",
+        help="input seed, or 'random' for one drawn for this run (default: the suite's)",
     )
     run.add_argument(
         "--report-json", type=report_path_value, metavar="PATH", help="default: no file"

@@ -8,6 +8,7 @@ bound to a test) and :mod:`conformance.report` (header, JSON and HTML reports).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -57,6 +58,7 @@ from spec.catalogue import Catalogue, load_catalogue
 DESCRIPTIONS_INPUT = "attnspec_descriptions"  # the controller's descriptions, for xdist workers
 TRUTH_INPUT = "attnspec_truth"  # the controller's truth directory, for xdist workers
 TRUTH_SECRET_INPUT = "attnspec_truth_secret"  # and the key its entries are sealed under
+SEED_INPUT = "attnspec_seed"  # the controller's seed (drawn there for --attnspec-seed random)
 
 
 @dataclass
@@ -98,12 +100,14 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as exc:
         raise pytest.UsageError(f"attnspec: {exc}") from None
     settings = RunSettings.from_config(config, profile)
+    worker_input = getattr(config, "workerinput", None)
+    if worker_input is not None:  # the controller's seed, which --attnspec-seed random drew
+        settings = dataclasses.replace(settings, seed=worker_input[SEED_INPUT])
     confinement = settings.confinement()
     if settings.require_sandbox and confinement.level != "full":
         raise pytest.UsageError(
             f"attnspec: --require-sandbox, but workers would run {confinement.describe()}"
         )
-    worker_input = getattr(config, "workerinput", None)
     described = worker_input.get(DESCRIPTIONS_INPUT) if worker_input else None
     try:
         selection = select(
@@ -142,7 +146,9 @@ def pytest_configure(config: pytest.Config) -> None:
             chosen = share_cores(processes)
             if chosen:
                 run.threads_note = describe_shared_cores(chosen, processes)
-            config.pluginmanager.register(WorkerInputs(selection), "attnspec-worker-inputs")
+            config.pluginmanager.register(
+                WorkerInputs(selection, settings.seed), "attnspec-worker-inputs"
+            )
 
 
 def _write_reports(run: Run, session: pytest.Session) -> None:
@@ -172,14 +178,16 @@ class WorkerInputs:
     workers start an implementation's process only when they call it, and the directory of the
     run's shared truth."""
 
-    def __init__(self, selection: list[Selected]):
+    def __init__(self, selection: list[Selected], seed: int):
         self.descriptions = json.dumps({s.selector: s.client.description for s in selection})
+        self.seed = seed
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
         node.workerinput[DESCRIPTIONS_INPUT] = self.descriptions
         node.workerinput[TRUTH_INPUT] = str(TRUTH.directory) if TRUTH.directory else ""
         node.workerinput[TRUTH_SECRET_INPUT] = TRUTH.secret.hex()
+        node.workerinput[SEED_INPUT] = self.seed
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

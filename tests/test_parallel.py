@@ -136,3 +136,28 @@ def test_the_zoo_runs_once_however_xdist_spreads_its_tests(tmp_path):
     computed = calls.read_text().split()
     assert len(computed) == 1, f"the record was computed {len(computed)} times, but should be once"
     assert answers == set(computed), f"the processes read {answers}, computed by {computed}"
+
+
+def test_a_random_seed_is_drawn_once_for_the_run_and_named_in_every_reproducer(suite):
+    """--attnspec-seed random, for judging a kernel as a reward: a fresh seed each run, the same
+    in every xdist worker, printed in the header and in each reproducer."""
+    seeds = []
+    for _ in range(2):
+        run = suite(
+            "--impl",
+            "tests.zoo.mutants:top_left_alignment",
+            "--claims",
+            "OUT-FORMULA",
+            "--attnspec-seed",
+            "random",
+            "-n",
+            "2",
+            "--hypothesis-profile",
+            "verdicts",
+        )
+        assert run.returncode == 1, run.stdout[-3000:]
+        (seed,) = re.findall(r"^attnspec: \d+ claims .*, seed (\d+),", run.stdout, re.MULTILINE)
+        reproduced = set(re.findall(r"--attnspec-seed (\d+)", run.stdout))
+        assert reproduced == {seed}, reproduced
+        seeds.append(seed)
+    assert seeds[0] != seeds[1]

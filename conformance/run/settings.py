@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,12 +31,19 @@ REPORTED_ENV = (
 )
 
 
+RANDOM_SEED = "random"  # a fresh seed per run, so that no answer is learnt against a known one
+
+
 def seed_value(text: str) -> int:
-    """A seed: a non-negative integer."""
+    """A seed: a non-negative integer, or ``random`` for one drawn now."""
+    if text == RANDOM_SEED:
+        return secrets.randbelow(1 << 32)
     try:
         value = int(text, 0)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"seed={text!r}, but should be a whole number") from None
+        raise argparse.ArgumentTypeError(
+            f"seed={text!r}, but should be a whole number or {RANDOM_SEED!r}"
+        ) from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"seed={value}, but should be >= 0")
     return value
@@ -123,7 +131,8 @@ def add_options(parser: pytest.Parser) -> None:
         type=seed_value,
         default=None,
         metavar="N",
-        help=f"seed of every test's random inputs. Default: ${SEED_VAR}, else {DEFAULT_SEED}.",
+        help=f"seed of every test's random inputs, or '{RANDOM_SEED}' for one drawn for the run "
+        f"(printed in the header and every reproducer). Default: ${SEED_VAR}, else {DEFAULT_SEED}.",
     )
     group.addoption(
         "--fail-on-should",
