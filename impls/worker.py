@@ -21,6 +21,7 @@ import json
 import os
 import pickle
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -32,7 +33,7 @@ import numpy as np
 from impls.contract import Implementation
 from impls.sandbox import Confinement, become_subreaper, confine
 
-OPS = ("attention", "attention_weights", "vjp")
+OPS = ("attention", "attention_weights", "vjp", "timed_attention")
 
 
 IN_BAND_BYTES = 1 << 20  # below this, one message each way beats saving a copy
@@ -235,20 +236,14 @@ def handle(
         return ("not-checked", str(exc))
     except BaseException as exc:
         return ("broke", f"converting its inputs raised {type(exc).__name__}: {exc}")
+    if op == "timed_attention":
+        return timed(impl, natives, **kwargs)
     before = snapshot(impl, natives)
     try:
         with impl.poisoned_allocations() if poison else contextlib.nullcontext():
             out = getattr(impl, op)(*natives, **kwargs)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, pytest's outcomes: all failures
-        kind = type(exc)
-        return (
-            "raised",
-            f"{kind.__module__}.{kind.__qualname__}"
-            if kind.__module__ != "builtins"
-            else kind.__qualname__,
-            str(exc),
-            "".join(traceback.format_exception(exc)[-12:]),
-        )
+        return raised(exc)
     changed = changed_inputs(impl, natives, before)
     if changed:
         return ("broke", changed)
@@ -258,6 +253,34 @@ def handle(
     except BaseException as exc:
         return ("broke", str(exc))
     return ("ok", {"result": result, "input_device": input_device})
+
+
+def raised(exc: BaseException) -> tuple:
+    kind = type(exc)
+    return (
+        "raised",
+        f"{kind.__module__}.{kind.__qualname__}"
+        if kind.__module__ != "builtins"
+        else kind.__qualname__,
+        str(exc),
+        "".join(traceback.format_exception(exc)[-12:]),
+    )
+
+
+def timed(impl, natives: list, *, repeats: int, settle_seconds: float, **kwargs) -> tuple:
+    """("ok", {"seconds": [...]}): ``repeats`` calls of attention on the same inputs, each after
+    ``settle_seconds`` of quiet and timed by this process's clock. An implementation can patch
+    that clock; the judge checks the sum against its own (perf/worker_timing.py)."""
+    seconds = []
+    try:
+        for _ in range(repeats):
+            time.sleep(settle_seconds)
+            started = time.perf_counter()
+            impl.attention(*natives, **kwargs)
+            seconds.append(time.perf_counter() - started)
+    except BaseException as exc:
+        return raised(exc)
+    return ("ok", {"seconds": seconds})
 
 
 def serve(conn: Connection, selector: str, confinement: Confinement) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.report.tables import text_table
+from perf.measure import close_worker_clients
 
 RESULTS_KEY = pytest.StashKey[list]()
 
@@ -30,3 +31,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         )
         for row in missed:
             terminalreporter.write_line(row[-1], red=True)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    close_worker_clients()

@@ -9,13 +9,38 @@ import pytest
 
 from conformance.judge.harness import Case, Subject
 from conformance.judge.tolerance import compare_to_oracle
+from conformance.run.workers import ImplementationClient, open_clients
 from impls.registry import RegistryError, resolve
 from perf.gates import Gate
-from perf.timing import attention_flops, interleaved
+from perf.timing import SETTLE_SECONDS, attention_flops, interleaved
+from perf.worker_timing import WorkerClock
+
+WORKER_CLIENTS: list[ImplementationClient] = []  # closed when the run ends (perf/conftest.py)
+
+
+def in_worker(name: str) -> ImplementationClient:
+    """The implementation called ``name`` behind a confined worker of its own (what the CPU gates
+    time, so that it cannot touch the judge's clock), or a skip naming why it cannot run here."""
+    try:
+        [client] = open_clients([name])
+    except RegistryError as exc:
+        pytest.skip(f"{name} is not available: {exc}")
+    reason = client.unavailable_reason()
+    if reason:
+        client.close()
+        pytest.skip(f"{name} cannot run here: {reason}")
+    WORKER_CLIENTS.append(client)
+    return client
+
+
+def close_worker_clients() -> None:
+    while WORKER_CLIENTS:
+        WORKER_CLIENTS.pop().close()
 
 
 def available(name: str):
-    """The implementation called ``name``, or a skip naming why it cannot run here."""
+    """The implementation called ``name`` in this process (the GPU measurements, whose CUDA
+    events must share its context), or a skip naming why it cannot run here."""
     try:
         impl = resolve(name)
     except RegistryError as exc:
@@ -66,17 +91,29 @@ def check_gate(
     gate: Gate, perf_table: list, *, timer=None, unit: str = "GFLOP/s", repeats: int = 21
 ) -> float:
     """Validate the gate's subject and baseline, time them interleaved, add the rows to the
-    table and fail unless the subject's median time is within the gate's ratio; the ratio."""
-    subject, baseline = available(gate.subject), available(gate.baseline)
+    table and fail unless the subject's median time is within the gate's ratio; the ratio.
+    Without a ``timer``, each is timed in its own worker, the worker's clock checked against the
+    judge's (perf/worker_timing.py); a CUDA event timer times them in this process."""
+    in_workers = timer is None
+    find = in_worker if in_workers else available
+    subject, baseline = find(gate.subject), find(gate.baseline)
     case = gate_case(gate)
     calls = {}
     for impl in (subject, baseline):
         arrays, native = native_inputs(impl, case)
         validate(impl, case, arrays, native)
-        calls[impl.name] = lambda impl=impl, native=native: impl.attention(
-            *native, causal=case.causal, scale=None
-        )
-    timings = interleaved(calls, timer=timer, repeats=repeats)
+        if in_workers:
+            calls[impl.name] = WorkerClock(impl, native, case.causal, SETTLE_SECONDS)
+        else:
+            calls[impl.name] = lambda impl=impl, native=native: impl.attention(
+                *native, causal=case.causal, scale=None
+            )
+    timings = interleaved(calls, timer=WorkerClock.timed if in_workers else timer, repeats=repeats)
+    for clock in calls.values() if in_workers else ():
+        problem = clock.contradiction()
+        if problem:
+            perf_table.append((gate.id, clock.client.name, "", "", "", problem))
+            require_timing(False, f"{gate.id}: {problem}", perf_table)
     ratio = timings[subject.name].median / timings[baseline.name].median
     verdict = "passes" if ratio <= gate.max_time_ratio else "FAILS"
     for name in calls:

@@ -102,8 +102,8 @@ def test_the_truth_does_not_grow_with_the_implementations_judged(perf_table):
     )
 
 
-def start_call_and_close(selector: str) -> None:
-    [client] = open_clients([selector])
+def start_call_and_close(selector: str, sandbox: bool = True) -> None:
+    [client] = open_clients([selector], sandbox=sandbox)
     x = client.from_numpy(np.ones((1, 1, 4, 8)), "float64")
     client.attention(x, x, x)
     client.close()
@@ -138,5 +138,33 @@ def test_a_forked_worker_starts_in_a_fraction_of_a_started_ones_time(perf_table,
         forked <= started / 2,
         f"a forked worker took {milliseconds(forked)} to start, serve a call and close, but "
         f"should take at most half of a started one's {milliseconds(started)}",
+        perf_table,
+    )
+
+
+def test_a_confined_worker_starts_in_about_an_unconfined_ones_time(perf_table):
+    """What confining a worker costs (impls/sandbox.py, once per worker: a ruleset of a few dozen
+    paths, the capabilities dropped), reported beside an unconfined start; within 10 %, or 5 ms,
+    of it is the gate."""
+    if not spawning.WORKERS_ARE_FORKED:
+        pytest.skip("workers are not forked on this platform")
+    timings = interleaved(
+        {
+            "confined": partial(start_call_and_close, "numpy", sandbox=True),
+            "unconfined": partial(start_call_and_close, "numpy", sandbox=False),
+        },
+        repeats=9,
+        warmup=1,
+        timer=partial(wall_time, settle_seconds=0),
+    )
+    confined, unconfined = timings["confined"].median, timings["unconfined"].median
+    for how, seconds in (("confined", confined), ("unconfined", unconfined)):
+        perf_table.append(
+            ("worker start", "numpy", "start, one call, close", milliseconds(seconds), "", how)
+        )
+    require_timing(
+        confined <= max(1.1 * unconfined, unconfined + 0.005),
+        f"a confined worker took {milliseconds(confined)} to start, serve a call and close, but "
+        f"should take about an unconfined one's {milliseconds(unconfined)}",
         perf_table,
     )

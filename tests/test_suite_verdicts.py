@@ -142,6 +142,7 @@ def test_implementations_are_judged_on_the_same_inputs(suite, tmp_path):
         f"{PLANTED}:records_inputs_first,{PLANTED}:records_inputs_second",
         "--claims",
         "OUT-FORMULA,MASK-PREFIX",
+        "--no-sandbox",  # the recorders write what they were handed to a log beside tmp_path
         env_overrides={"ATTNSPEC_INPUTS_LOG": str(log)},
     )
     assert run.returncode == 0, run.stdout[-3000:]

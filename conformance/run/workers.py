@@ -340,6 +340,19 @@ class ImplementationClient:
     def attention_weights(self, q, k, *, causal: bool = True, scale: float | None = None):
         return self.request("attention_weights", [q, k], causal=causal, scale=scale)
 
+    def timed_attention(
+        self, q, k, v, *, repeats: int, settle_seconds: float, causal=True, scale=None
+    ) -> list[float]:
+        """``repeats`` calls on the same inputs, each timed by the worker's clock (seconds)."""
+        return self.request(
+            "timed_attention",
+            [q, k, v],
+            repeats=repeats,
+            settle_seconds=settle_seconds,
+            causal=causal,
+            scale=scale,
+        )
+
     def vjp(self, q, k, v, grad_out, *, causal: bool = True, scale: float | None = None):
         return self.request("vjp", [q, k, v, grad_out], causal=causal, scale=scale)
 
@@ -411,6 +424,8 @@ class ImplementationClient:
         if kind == "not-checked":
             raise LayoutNotChecked(reply[1])
         data = reply[1]
+        if op == "timed_attention":
+            return data["seconds"]
 
         def one(r: dict) -> Returned:
             return Returned(r["array"], r["dtype"], r["device"], data["input_device"])
