@@ -13,7 +13,7 @@ from conformance.run.workers import ImplementationClient, open_clients
 from impls.registry import RegistryError, resolve
 from perf.gates import Gate
 from perf.timing import SETTLE_SECONDS, attention_flops, interleaved
-from perf.worker_timing import WorkerClock
+from perf.worker_timing import BATCH, WorkerClock
 
 WORKER_CLIENTS: list[ImplementationClient] = []  # closed when the run ends (perf/conftest.py)
 
@@ -108,7 +108,11 @@ def check_gate(
             calls[impl.name] = lambda impl=impl, native=native: impl.attention(
                 *native, causal=case.causal, scale=None
             )
-    timings = interleaved(calls, timer=WorkerClock.timed if in_workers else timer, repeats=repeats)
+    if in_workers:  # a batch of calls a round, about as many calls in all
+        rounds = -(-repeats // BATCH)
+        timings = interleaved(calls, timer=WorkerClock.timed, repeats=rounds, warmup=1)
+    else:
+        timings = interleaved(calls, timer=timer, repeats=repeats)
     for clock in calls.values() if in_workers else ():
         problem = clock.contradiction()
         if problem:

@@ -3,11 +3,13 @@ judge's.
 
 A kernel judged for speed in the judge's process could patch the clock it is timed by. Timed in
 its worker, it can still patch that process's clock; what it cannot touch is the judge's. Each
-timed call is one request: the worker sleeps ``settle_seconds``, times the call and reports it,
-while the judge times the whole request. Over a run of requests, the judge's total must exceed
-what the worker reported (its calls and pauses) by no more than the line's own cost, measured
-beforehand with requests that time nothing; a report the judge's clock contradicts, either way,
-is a timing that is not credible.
+request is a batch of calls: before each, the worker sleeps ``settle_seconds``; it times each
+call and reports them, while the judge times the whole request. What the judge's clock leaves for
+the batch's calls (the request, less the pauses and the line's own cost, measured beforehand with
+requests that time nothing) must match the sum the worker reported, within the bounds below; a
+report the judge's clock contradicts is a timing that is not credible. A batch spreads what
+follows a call (a thread pool winding down, which the next pause absorbs but the reply does not)
+over several calls.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ OVERHEAD_PROBES = 5  # requests that time no call, for the line's own cost
 # by the whole pause.
 LONGER_SHARE, SHORTER_SHARE = 0.5, 0.1
 SLACK_SECONDS = 0.002
+BATCH = 5  # calls per request
 
 
 @dataclass
@@ -37,9 +40,10 @@ class WorkerClock:
     inputs: list[Sent]
     causal: bool = True
     settle_seconds: float = 0.0
-    reported: list[float] = field(default_factory=list)  # the worker's seconds, call by call
-    # The judge's clock over each request, less the pause and the line's own cost: what the
-    # call can have taken.
+    batch: int = BATCH
+    reported: list[float] = field(default_factory=list)  # the worker's sum, batch by batch
+    # The judge's clock over each request, less the pauses and the line's own cost: what the
+    # batch's calls can have taken.
     judged: list[float] = field(default_factory=list)
     overhead: float = field(init=False)  # the median request that times no call
 
@@ -54,14 +58,15 @@ class WorkerClock:
         self.overhead = statistics.median(probes)
 
     def __call__(self) -> float:
+        """One batch; the median of its calls, as the worker timed them."""
         started = time.perf_counter()
-        [seconds] = self.client.timed_attention(
-            *self.inputs, repeats=1, settle_seconds=self.settle_seconds, causal=self.causal
+        seconds = self.client.timed_attention(
+            *self.inputs, repeats=self.batch, settle_seconds=self.settle_seconds, causal=self.causal
         )
         elapsed = time.perf_counter() - started
-        self.judged.append(elapsed - self.settle_seconds - self.overhead)
-        self.reported.append(seconds)
-        return seconds
+        self.judged.append(elapsed - self.batch * self.settle_seconds - self.overhead)
+        self.reported.append(sum(seconds))
+        return statistics.median(seconds)
 
     @staticmethod
     def timed(call: WorkerClock) -> float:
@@ -69,7 +74,7 @@ class WorkerClock:
 
     def contradiction(self) -> str | None:
         """Why the worker's times are not credible by the judge's clock, or None (medians over
-        the calls, so that one slow request on a busy machine decides nothing)."""
+        the batches, so that one slow request on a busy machine decides nothing)."""
         reported, judged = statistics.median(self.reported), statistics.median(self.judged)
         longer, shorter = judged - reported, reported - judged
         if (
@@ -78,8 +83,8 @@ class WorkerClock:
         ):
             return None
         return (
-            f"timing not credible: {self.client.name}'s worker reported a median call of "
-            f"{reported * 1e3:.2f} ms, but the judge's clock puts it at {judged * 1e3:.2f} ms "
-            f"(its requests, less the {self.settle_seconds * 1e3:.0f} ms pause and the line's "
-            f"{self.overhead * 1e3:.2f} ms)"
+            f"timing not credible: {self.client.name}'s worker reported {reported * 1e3:.2f} ms "
+            f"for a batch of {self.batch} calls (the median batch), but the judge's clock puts it "
+            f"at {judged * 1e3:.2f} ms (its requests, less {self.batch} pauses of "
+            f"{self.settle_seconds * 1e3:.0f} ms and the line's {self.overhead * 1e3:.2f} ms)"
         )

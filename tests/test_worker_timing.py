@@ -16,6 +16,7 @@ def clock_of(reported: list[float], judged: list[float]) -> WorkerClock:
     """A WorkerClock holding these measurements, without a worker (no timing here decides)."""
     clock = WorkerClock.__new__(WorkerClock)
     clock.client, clock.settle_seconds, clock.overhead = SimpleNamespace(name="k"), 0.25, 0.003
+    clock.batch = 5
     clock.reported, clock.judged = reported, judged
     return clock
 
@@ -39,7 +40,7 @@ def test_a_worker_whose_clock_the_judges_contradicts_is_not_credible(selector):
     try:
         x = client.from_numpy(np.random.default_rng(0).standard_normal((1, 8, 512, 64)), "float64")
         clock = WorkerClock(client, [x, x, x], settle_seconds=0.2)
-        for _ in range(8):
+        for _ in range(4):
             clock()
         problem = clock.contradiction()
     finally:
