@@ -114,7 +114,7 @@ def test_the_readme_example_conforms_through_attnspec_run_and_plain_pytest(insta
     author = installed.empty_directory("author")
     (author / "mykernel.py").write_text(readme_example())
     for command in (
-        "attnspec run --impl mykernel:attention --report-json report.json",
+        "attnspec run -v --impl mykernel:attention --report-json report.json",  # -v: the header
         "python -m pytest --pyargs conformance --impl mykernel:attention --report-json report.json",
     ):
         run = installed.run(command, author)
@@ -124,8 +124,8 @@ def test_the_readme_example_conforms_through_attnspec_run_and_plain_pytest(insta
             for s in json.loads((author / "report.json").read_text())["subjects"]
         }
         assert verdicts["mykernel:attention"] == "conforms", (command, verdicts)
-    # pytest's rootdir, and so its cache when it writes one, is the author's directory, never
-    # the installed suite's.
+        # pytest's rootdir, where its cache goes, is the author's directory
+        assert f"rootdir: {author}\n" in run.stdout, run.stdout[:2000]
     assert not list((installed.bin.parent / "lib").rglob(".pytest_cache"))
 
 
