@@ -49,7 +49,8 @@ READ = EXECUTE | READ_FILE | READ_DIR
 READABLE_SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc",
                    "/sys", "/dev", "/run/nvidia-persistenced")  # fmt: skip
 WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/shm", "/dev/dri", "/dev/nvidiactl",
-                    "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")  # fmt: skip
+                    "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
+                    "/dev/nvidia-caps")  # fmt: skip
 # The compile caches of the libraries a kernel may use, and the generic ones, pointed at scratch.
 CACHE_VARIABLES = ("TRITON_CACHE_DIR", "CUPY_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
                    "TORCH_EXTENSIONS_DIR", "JAX_COMPILATION_CACHE_DIR", "XDG_CACHE_HOME",

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from spec import load_catalogue
+from tests.suite_process import ROOT
 
 PLANTED = "tests.planted.plain"
 MUTANTS = "tests.zoo.mutants"
@@ -22,6 +26,25 @@ def test_scale_bug_fails_naming_the_claim_and_printing_a_reproducer(suite):
     assert "baseline err" in run.stdout
     assert "at index (" in run.stdout
     assert "failed MUST OUT-FORMULA" in run.stdout
+
+
+def test_a_reproducer_runs_as_printed_in_the_checkout_and_fails_the_same_way(suite):
+    run = suite("--impl", f"{MUTANTS}:top_left_alignment", "--claims", "OUT-FORMULA")
+    assert run.returncode == 1, run.stdout[-3000:]
+    lines = run.stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("reproduce: "))
+    message = lines[first - 1]  # the failure's last line of message, before its reproducer
+    command = lines[first].removeprefix("reproduce: ").split("   #")[0]
+    assert command.startswith("python -m pytest --pyargs ")
+    env = {k: v for k, v in os.environ.items() if k != "ATTNSPEC_IMPL"}
+    again = subprocess.run(
+        sys.executable + command.removeprefix("python"),  # `python` as this interpreter
+        shell=True, cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env=env | {"PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert again.returncode == 1, command + "\n" + again.stdout[-3000:]
+    assert message in again.stdout
+    assert "1 failed" in again.stdout
 
 
 def test_float32_inside_a_float64_implementation_is_caught(suite):
