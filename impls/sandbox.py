@@ -20,8 +20,8 @@ below 6 leaves signals and abstract sockets open) or ``none`` (why).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
+import functools
 import os
 import platform
 import sys
@@ -82,8 +82,11 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = (("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
 
 
+@functools.cache
 def _libc():
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # The C library this process already has (find_library would start ldconfig: milliseconds
+    # of every worker's start); loaded once, in the spawner, and inherited by its forks.
+    libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     return libc
 

@@ -162,7 +162,7 @@ if __name__ == "__main__":
     # A Ctrl-C reaches the whole process group: the workers take it as a fresh interpreter would,
     # the spawner lives on until the judge closes its line, so the judge can still wait for them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    become_subreaper()
+    become_subreaper()  # and the C library its workers confine themselves with, loaded once
     try:
         serve(socket.socket(fileno=int(sys.argv[1])))
     finally:
