@@ -46,7 +46,13 @@ def suite_test_id(item: pytest.Item) -> str:
     if not is_conformance_test(item):
         return item.nodeid
     _, _, rest = item.nodeid.partition("::")
-    return f"{Path(item.path).resolve().relative_to(CONFORMANCE_DIR.parent).as_posix()}::{rest}"
+    return f"{_suite_path(item.path)}::{rest}"
+
+
+@functools.cache
+def _suite_path(path: Path) -> str:
+    # Cached as _under_conformance is: asked several times per test, and resolving reads the disk.
+    return Path(path).resolve().relative_to(CONFORMANCE_DIR.parent).as_posix()
 
 
 def is_attnspec_run(config: pytest.Config, option_names: Iterable[str]) -> bool:
