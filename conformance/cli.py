@@ -16,6 +16,7 @@ import importlib.metadata
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -28,8 +29,9 @@ from conformance.judge.measurements import (
     masked_softmax_example,
     saturation,
 )
-from conformance.report.matrix import failure_lines, matrix_lines
+from conformance.report.matrix import matrix_lines
 from conformance.report.tables import text_table
+from conformance.report.verdicts import shell_lines
 from conformance.run.collection import claims_of
 from conformance.run.profiles import DEFAULT_PROFILE, PROFILES
 from conformance.run.selection import split_names_or_fail
@@ -108,7 +110,7 @@ def pytest_arguments(options: argparse.Namespace, report_json: Path) -> list[str
         str(report_json),
     ]
     # The matrix is the answer; pytest's per-test summary is there with -v.
-    args += ["-v", "-ra"] if options.verbose else ["-q", "--no-summary"]
+    args += ["-v", "-ra"] if options.verbose else ["-qq", "--no-summary"]
     for value in options.impl or ():
         args += ["--impl", value]
     for patterns in options.claims or ():
@@ -142,7 +144,9 @@ def command_run(options: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="attnspec-run-") as scratch:
         report_json = options.report_json or Path(scratch) / "report.json"
         command = [sys.executable, "-m", "pytest", *pytest_arguments(options, report_json)]
-        print("attnspec run: " + " ".join(command[1:]), flush=True)
+        if options.verbose:
+            print("\n".join(shell_lines(shlex.join(command[1:]), "attnspec run: ", "  ")))
+        sys.stdout.flush()
         status = subprocess.call(command)
         if status == PYTEST_USAGE_ERROR:
             # pytest's usage error (a bad --impl, say): this command's usage errors exit 2.
@@ -155,12 +159,7 @@ def command_run(options: argparse.Namespace) -> int:
             )
             return status or 1
         report = json.loads(report_json.read_text())
-    failures = failure_lines(report)
-    if failures:
-        print()
-        print("attnspec: the first failure of each failed claim")
-        for line in failures:
-            print(line)
+    # The failures, each with its diagnosis and reproducer, are in the suite's own summary above.
     print()
     print("attnspec: claim x implementation")
     for line in matrix_lines(report):

@@ -22,7 +22,7 @@ import pytest
 from conformance.judge.harness import Document, Subject
 from conformance.judge.preflight import broken_implementations
 from conformance.judge.truth import TRUTH
-from conformance.report import write_reports
+from conformance.report import summary_lines, write_reports
 from conformance.report.header import header_lines
 from conformance.run.collection import (
     CLAIM_MARKER,
@@ -137,7 +137,10 @@ def pytest_configure(config: pytest.Config) -> None:
         run.owns_truth = True
     if worker_input is None:  # a plain run, or the xdist controller: it gathers the verdicts
         finish = partial(_write_reports, run)
-        config.pluginmanager.register(VerdictRecorder(run.ledger, finish), "attnspec-verdicts")
+        summarise = partial(summary_lines, run.ledger, run.selection, run.settings)
+        config.pluginmanager.register(
+            VerdictRecorder(run.ledger, finish, summarise), "attnspec-verdicts"
+        )
         if _distributed(config):
             # The controller calls no implementation: its xdist workers start their own.
             for selected in selection:
@@ -159,8 +162,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     run = config.stash.get(RUN_KEY, None)
     if run is not None and run.owns_truth and run.ledger.records:
         terminalreporter.write_line(
-            f"attnspec: float64 truth: {TRUTH.entries()} entries, each computed once and shared "
-            f"by the {len(run.selection)} implementation(s) judged"
+            f"attnspec: float64 truth: {TRUTH.entries()} entries, each computed once for the "
+            f"{len(run.selection)} implementation(s) judged"
         )
 
 
@@ -226,6 +229,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in filter(is_conformance_test, items):
             item.add_marker(pytest.mark.xdist_group(row_of(item)))
     run.broken.update(broken_implementations(run.selection))
+    for selected in run.selection:
+        # Each later call fails with the sentence, once the test has skipped what the
+        # implementation does not declare: those claims are not checked, not failed.
+        selected.client.broken = run.broken.get(selected.client.name)
     for split in (
         partial(fold_broken, broken=run.broken),
         partial(split_by_claims, patterns=run.settings.claim_patterns),
@@ -243,11 +250,6 @@ def selected(request: pytest.FixtureRequest) -> Selected:
         pytest.skip(selected.skip_reason)
     if selected.client.crashed:
         pytest.skip(f"{selected.client.name} {selected.client.crashed}")
-    broken = request.config.stash[RUN_KEY].broken.get(selected.client.name)
-    if broken:
-        pytest.fail(
-            f"{broken}\nreproduce: {_subject(selected, request).reproducer()}", pytrace=False
-        )
     selected.client.take_output()  # what it printed before this test is not this test's
     return selected
 
@@ -296,7 +298,21 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
         pytest.skip(f"not checked: {unavailable}")
     except IMPLEMENTATION_FAILURES as error:
         subject = pyfuncitem.funcargs.get("subject")
+        selected = selected_of(pyfuncitem)
+        if selected is not None and selected.client.broken and str(error) == selected.client.broken:
+            pyfuncitem.stash.setdefault(NOTES_KEY, TestNotes()).broken = selected.client.broken
         raise message_only_failure(error, subject.reproducer if subject else None) from None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
+    """At -qq (``attnspec run`` without -v) no letter per test: the verdict per implementation
+    that closes the run is the answer, and a screen of dots only pushes it out of sight."""
+    status = yield
+    if status and RUN_KEY in config.stash and config.get_verbosity() <= -2:
+        category, _, word = status
+        return category, "", word
+    return status
 
 
 @pytest.hookimpl(wrapper=True)

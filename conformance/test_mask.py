@@ -147,15 +147,11 @@ def test_incremental_computation_reproduces_every_row(subject, dtype, length, bo
     chunks of uneven size are a chunked prefill. Together they must give the whole's rows."""
     case = subject.fit(Case(batch=2, heads=2, tq=length, head_dim=16, dtype=dtype))
     q, k, v = subject.inputs(case)
-    rows = [
-        subject.call(
-            case.with_(tq=end - start, tk=end),
-            q[..., start:end, :],
-            k[..., :end, :],
-            v[..., :end, :],
-        )  # (B, H, end - start, Dv)
+    chunks = [
+        (case.with_(tq=end - start, tk=end), q[..., start:end, :], k[..., :end, :], v[..., :end, :])
         for start, end in itertools.pairwise(bounds)
     ]
+    rows = [subject.call(*chunk) for chunk in chunks]  # each (B, H, end - start, Dv)
     assert_matches_oracle(
         subject,
         case,
@@ -164,6 +160,7 @@ def test_incremental_computation_reproduces_every_row(subject, dtype, length, bo
         k,
         v,
         what=f"rows computed in chunks {list(bounds) if len(bounds) < 10 else 'of 1'}",
+        pieces=chunks,
     )
 
 

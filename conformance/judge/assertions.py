@@ -13,8 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conformance.judge.diagnosis import conclude, describe_diagnosis, diagnose
 from conformance.judge.harness import Case, Document, Subject
 from conformance.judge.tolerance import Comparison, compare_to_oracle
+from conformance.judge.truth import CaseTruth
 from conformance.run.workers import ImplementationRaised
 from impls.contract import CONVENTIONS
 
@@ -111,11 +113,20 @@ def assert_follows_convention(
     subject.notes.note_convention(convention, followed)
 
 
-def assert_within_budget(subject: Subject, case: Case, what: str, comparison: Comparison) -> None:
+def assert_within_budget(
+    subject: Subject, case: Case, what: str, comparison: Comparison, finding: dict | None = None
+) -> None:
+    """``comparison`` within its budget; where it is not and the judge diagnosed the failing
+    output (``finding``, :func:`conformance.judge.diagnosis.diagnose`), the diagnosis is noted
+    for the claim and said in the message."""
     __tracebackhide__ = True
     subject.notes.note_budget_fraction(comparison.budget_fraction, comparison.dtype)
     if not comparison.ok:
-        fail(subject, case, f"{what}: {comparison.describe()}")
+        message = f"{what}: {comparison.describe()}"
+        if finding is not None:
+            subject.notes.note_finding(finding)
+            message += "\n" + describe_diagnosis(conclude([{**finding, "test": subject.test_id}]))
+        fail(subject, case, message)
 
 
 def assert_matches_oracle(
@@ -128,11 +139,16 @@ def assert_matches_oracle(
     *,
     truth: np.ndarray | None = None,
     what: str = "out",
+    pieces: list[tuple] | None = None,
 ) -> Comparison:
     """``out`` is attention(q, k, v) - or ``truth``, where the test knows it another way - within
-    the tolerance budget for the case's dtype."""
+    the tolerance budget for the case's dtype; where it is not, the failure names the catalogued
+    mistake its output matches, or where its error lies. ``pieces``: the calls, as (case, q, k, v),
+    whose outputs were joined along the query rows into ``out``, where it was not one call."""
     __tracebackhide__ = True
     assert_shape(subject, case, f"{what}.shape", out.shape, case.out_shape)
+    if truth is None:
+        truth = CaseTruth(q, k, v).attention(causal=case.causal, scale=case.scale, **case.variant)
     comparison = compare_to_oracle(
         out,
         q,
@@ -144,5 +160,10 @@ def assert_matches_oracle(
         truth=truth,
         **case.variant,
     )
-    assert_within_budget(subject, case, what, comparison)
+    finding = None
+    if not comparison.ok:
+        finding = diagnose(
+            out, q, k, v, case=case, comparison=comparison, truth=truth, pieces=pieces
+        )
+    assert_within_budget(subject, case, what, comparison, finding)
     return comparison

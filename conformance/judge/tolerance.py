@@ -149,13 +149,32 @@ class Comparison:
 
     def describe(self) -> str:
         budget = self.budget
+        if self.baseline_error == 0:
+            # The naive formula in this dtype gets every element exactly: only the floor is left.
+            allowance = (
+                f"allowed {self.allowed:.3e}, the floor of {budget.floor_u:g}u: the naive "
+                f"{self.dtype} formula is exact here"
+            )
+        else:
+            allowance = (
+                f"allowed {self.allowed:.3e} = {budget.baseline_factor:g} x the naive {self.dtype} "
+                f"formula's error {self.baseline_error:.3e} + {budget.floor_u:g}u"
+            )
         return (
-            f"max abs err={self.max_abs:.3e} (rel {self.max_rel:.3e}) at index {self.worst_index}: "
-            f"got {self.actual_at_worst!r}, truth {self.truth_at_worst!r}; "
-            f"allowed={self.allowed:.3e} = {budget.baseline_factor:g} x baseline err "
-            f"{self.baseline_error:.3e} + floor {self.floor:.3e} ({budget.floor_u:g}u); "
-            f"{self.budget_fraction:.2f} of budget"
+            f"{describe_fraction(self.budget_fraction)}: max abs err {self.max_abs:.3e} at "
+            f"{self.worst_index}, got {self.actual_at_worst:.6g}, truth {self.truth_at_worst:.6g}"
+            f" (rel err {self.max_rel:.2e}); {allowance}"
         )
+
+
+def describe_fraction(fraction: float) -> str:
+    """A budget fraction as a reader takes it in: "0.31 of budget", "12x budget", ">1000x
+    budget" (past that, the number says nothing more)."""
+    if np.isnan(fraction):
+        return "NaN of budget"
+    if fraction > 1000:
+        return ">1000x budget"
+    return f"{fraction:.2f} of budget" if fraction < 10 else f"{fraction:.0f}x budget"
 
 
 def max_error(actual: np.ndarray, truth: np.ndarray) -> tuple[float, tuple[int, ...]]:

@@ -33,14 +33,19 @@ from pathlib import Path
 import numpy as np
 
 import spec.formula
+import spec.mistakes
 from spec.formula import (
     naive_baseline,
     reference_attention,
     reference_scores,
     repeat_kv_heads,
 )
+from spec.mistakes import find_mistake
 
-FORMULA_DIGEST = hashlib.sha256(Path(spec.formula.__file__).read_bytes()).hexdigest()
+# The sources of what is computed: a changed formula or mistake never meets an old entry.
+FORMULA_DIGEST = hashlib.sha256(
+    b"".join(Path(module.__file__).read_bytes() for module in (spec.formula, spec.mistakes))
+).hexdigest()
 DIGEST_BYTES = 32
 REMEMBERED_BYTES = 256 << 20  # a process's own copies of entries, the least recently used dropped
 
@@ -182,6 +187,18 @@ class CaseTruth:
             "naive baseline",
             params,
             lambda: naive_baseline(self.q, self.k, self.v, **params),
+        )
+
+    def mistake(
+        self, name: str, *, dtype: str, causal: bool = True, scale=None, **variant
+    ) -> np.ndarray:
+        """The output of ``spec.mistakes``' variant ``name``, once per inputs and dtype in a run:
+        every implementation failing on these inputs is compared with the same variants."""
+        params = dict(dtype=dtype, causal=causal, scale=scale, **variant)
+        return self._shared(
+            f"mistake {name}",
+            params,
+            lambda: find_mistake(name).output(self.q, self.k, self.v, **params),
         )
 
     def largest_score(self, scale: float | None = None) -> float:

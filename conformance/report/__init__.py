@@ -4,9 +4,29 @@ reports."""
 from __future__ import annotations
 
 from conformance.report.json_report import build_report, write_report
+from conformance.report.verdicts import verdict_lines
 from conformance.run.ledger import Ledger
 from conformance.run.selection import Selected
 from conformance.run.settings import REPORTED_ENV, RunSettings
+
+
+def report_of(
+    ledger: Ledger, selection: list[Selected], settings: RunSettings, exit_status: int
+) -> dict:
+    """The run's report, in the JSON report's shape."""
+    return build_report(
+        ledger,
+        selection,
+        seed=settings.seed,
+        hypothesis_profile=settings.hypothesis_profile,
+        exit_status=exit_status,
+        reported_env=REPORTED_ENV,
+    )
+
+
+def summary_lines(ledger: Ledger, selection: list[Selected], settings: RunSettings) -> list[str]:
+    """The verdict per implementation, as the terminal shows it."""
+    return verdict_lines(report_of(ledger, selection, settings, exit_status=0))
 
 
 def write_reports(
@@ -15,14 +35,7 @@ def write_reports(
     """The JSON and HTML reports the run was asked for."""
     if settings.report_json is None and settings.report_html is None:
         return
-    report = build_report(
-        ledger,
-        selection,
-        seed=settings.seed,
-        hypothesis_profile=settings.hypothesis_profile,
-        exit_status=exit_status,
-        reported_env=REPORTED_ENV,
-    )
+    report = report_of(ledger, selection, settings, exit_status)
     if settings.report_json is not None:
         write_report(settings.report_json, report)
     if settings.report_html is not None:

@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from conformance.report.json_report import SCHEMA
 from conformance.report.tables import markdown_table
 from impls.ecosystem.findings import FINDINGS, Finding, test_name
 from impls.registry import ECOSYSTEM
@@ -25,6 +26,7 @@ from spec.catalogue import load_catalogue
 
 DTYPE_ORDER = ("float64", "float32", "float16", "bfloat16")
 NOT_EXPLAINED = 1
+READABLE_SCHEMAS = ("attnspec-report/1", SCHEMA)  # version 2 only added fields
 
 
 def load_subjects(paths: list[Path]) -> dict[str, dict]:
@@ -32,9 +34,10 @@ def load_subjects(paths: list[Path]) -> dict[str, dict]:
     subjects = {}
     for path in paths:
         report = json.loads(path.read_text())
-        if report.get("schema") != "attnspec-report/1":
+        if report.get("schema") not in READABLE_SCHEMAS:
             raise ValueError(
-                f"{path}: schema {report.get('schema')!r}, but should be attnspec-report/1"
+                f"{path}: schema {report.get('schema')!r}, but should be one of "
+                + ", ".join(READABLE_SCHEMAS)
             )
         for subject in report["subjects"]:
             if subject["name"] in ECOSYSTEM:

@@ -1,9 +1,9 @@
 """The machine-readable report: one JSON document per run, under a versioned schema.
 
-Schema ``attnspec-report/1``::
+Schema ``attnspec-report/2``::
 
     {
-      "schema": "attnspec-report/1",
+      "schema": "attnspec-report/2",
       "exit_status": 0,                      # pytest's exit status of the run
       "environment": {"python": ..., "platform": ..., "seed": ..., "hypothesis_profile": ...,
                       "env": {NAME: value, ...}},
@@ -11,6 +11,7 @@ Schema ``attnspec-report/1``::
         {"name": ..., "selector": ...,       # what --impl takes to select it again (null: maths)
          "version": ..., "device": ..., "family": ..., "capabilities": ...,
          "sandbox": "full" | "partial (what is missing)" | "none (why)",  # how its worker ran
+         "broken": null | "...",             # why its first call broke the contract
          "skip_reason": null | "...",        # why it could not run here
          "verdict": "conforms" | "FAILS" | "NOT RUN",
          "claims": {CLAIM_ID: {"level": "MUST" | "SHOULD" | "INFO",
@@ -21,13 +22,22 @@ Schema ``attnspec-report/1``::
                                "failing_tests": [node ids], "skip_reasons": [...],
                                "first_failure": null | {"test": node id,
                                                         "message": "...",  # truncated
-                                                        "reproducer": null | "python -m ..."}}},
+                                                        "reproducer": null | "python -m ..."},
+                               "diagnosis": [         # failed or unmet claims: why (else [])
+                                 {"kind": "mistake" | "where",
+                                  "name": ...,      # spec.mistakes' name ("where", "pattern")
+                                  "text": ...,      # what the mistake is, or where errors lie
+                                  "hint": ...,      # mistakes only: where it comes from
+                                  "test": node id,  # the evidence: the failing test
+                                  "fraction_of_budget": x}]}},  # the output against the
+                                                    # variant (mistake) or the truth (where)
          "conventions": {NAME: VALUE},       # the CONTRACT-ERRORS conventions it followed
          "worst_budget_fraction_by_dtype": {DTYPE: x}},  # over all its tests in that dtype
       ]
     }
 
-A field is only ever added to this schema; a change in meaning bumps the version.
+A field is only ever added to this schema; a change in meaning bumps the version. Version 2
+added "diagnosis" and "broken".
 """
 
 from __future__ import annotations
@@ -37,15 +47,18 @@ import os
 import platform
 from pathlib import Path
 
+from conformance.judge.diagnosis import conclude, refuted_by
 from conformance.run.ledger import MATHEMATICS, Ledger
 from conformance.run.selection import Selected
 
-SCHEMA = "attnspec-report/1"
+SCHEMA = "attnspec-report/2"
 
 
 def subject_entry(ledger: Ledger, name: str, selected: Selected | None) -> dict:
     claims = {}
-    for claim, rec in sorted(ledger.verdicts(name).items()):
+    records = ledger.verdicts(name)
+    refuted = refuted_by([finding for rec in records.values() for finding in rec.findings])
+    for claim, rec in sorted(records.items()):
         claims[claim] = {
             "level": ledger.catalogue[claim].level if claim in ledger.catalogue else None,
             "verdict": rec.verdict,
@@ -56,6 +69,7 @@ def subject_entry(ledger: Ledger, name: str, selected: Selected | None) -> dict:
             "worst_budget_fraction": rec.worst_budget_fraction,
             "failing_tests": list(rec.failing_tests),
             "first_failure": rec.first_failure,
+            "diagnosis": conclude(rec.findings, refuted),
             "skip_reasons": sorted(rec.skip_reasons),
         }
     entry = {"name": name, "selector": None, "verdict": ledger.row_verdict(name)}
@@ -68,6 +82,7 @@ def subject_entry(ledger: Ledger, name: str, selected: Selected | None) -> dict:
             family=client.family,
             capabilities=client.capabilities.describe(),
             sandbox=client.sandbox,
+            broken=ledger.broken.get(name),
             skip_reason=selected.skip_reason,
         )
     entry["conventions"] = ledger.conventions_followed(name)

@@ -116,18 +116,3 @@ def matrix_lines(report: dict, width: int = MATRIX_WIDTH) -> list[str]:
         subsequent_indent="  ",
     )
     return lines
-
-
-def failure_lines(report: dict) -> list[str]:
-    """For each implementation that fails, each failed claim's first failure and reproducer."""
-    lines = []
-    for subject in report["subjects"]:
-        for claim, entry in subject["claims"].items():
-            failure = entry.get("first_failure")
-            if entry["verdict"] != ClaimVerdict.FAILED or not failure:
-                continue
-            message = failure["message"].splitlines()
-            lines.append(f"{subject['name']} fails {claim}: {message[0] if message else ''}")
-            if failure["reproducer"]:
-                lines.append(f"  reproduce: {failure['reproducer']}")
-    return lines

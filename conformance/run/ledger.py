@@ -58,6 +58,9 @@ class ClaimRecord:
     failing_tests: list[str] = field(default_factory=list)
     worst_budget_fraction: float | None = None  # largest error / tolerance budget in its tests
     first_failure: dict | None = None  # {"test", "message", "reproducer"} of its first failure
+    # the judge's findings in its failing comparisons, each with its "test"; the report pools
+    # them into the claim's diagnosis (conformance.judge.diagnosis.conclude)
+    findings: list[dict] = field(default_factory=list)
 
     @property
     def verdict(self) -> ClaimVerdict:
@@ -110,6 +113,8 @@ class Ledger:
         self.budget_fractions: dict[str, dict[str, float]] = defaultdict(dict)
         # implementation -> how its worker was confined, where not fully (impls.sandbox)
         self.unconfined: dict[str, str] = {}
+        # implementation -> why its first call broke the contract (judge.preflight)
+        self.broken: dict[str, str] = {}
 
     def note_budget_fraction(self, row: str, dtype: str, fraction: float) -> None:
         self.budget_fractions[row][dtype] = worst_fraction(
@@ -138,6 +143,7 @@ class Ledger:
         reason: str = "",
         budget_fraction: float | None = None,
         message: str = "",
+        findings: list[dict] = (),
     ):
         for claim in claims:
             entry = self.records[(row, claim)]
@@ -152,6 +158,7 @@ class Ledger:
                 else:
                     entry.unmet += 1
                 entry.failing_tests.append(test_id)
+                entry.findings += [{**finding, "test": test_id} for finding in findings]
                 if entry.first_failure is None:
                     entry.first_failure = failure_summary(test_id, message)
             else:
@@ -187,42 +194,3 @@ class Ledger:
         if verdicts & {ClaimVerdict.MET, ClaimVerdict.UNMET}:
             return RowVerdict.CONFORMS
         return RowVerdict.NOT_RUN
-
-    def summary_lines(self) -> list[str]:
-        lines = []
-        width = max([len(s) for s in self.rows()] + [10])
-        for row in self.rows():
-            by_verdict: dict[str, list[str]] = defaultdict(list)
-            for claim, rec in sorted(self.verdicts(row).items()):
-                by_verdict[rec.verdict].append(claim)
-            failed_must = by_verdict[ClaimVerdict.FAILED]
-            verdict = self.row_verdict(row)
-            counts = ", ".join(f"{len(by_verdict[v])} {v}" for v in ClaimVerdict if by_verdict[v])
-            lines.append(f"{row:<{width}}  {verdict:<8}  {counts}")
-            if row in self.unconfined:
-                lines.append(f"{'':<{width}}    judged UNCONFINED: sandbox {self.unconfined[row]}")
-            followed = self.conventions_followed(row)
-            if followed:
-                lines.append(
-                    f"{'':<{width}}    conventions: "
-                    + ", ".join(f"{name}={value}" for name, value in followed.items())
-                )
-            for label, claims in (
-                ("failed", failed_must),
-                ("unmet", by_verdict[ClaimVerdict.UNMET]),
-            ):
-                for claim in claims:
-                    rec = self.records[(row, claim)]
-                    level = self.catalogue[claim].level if claim in self.catalogue else "?"
-                    lines.append(
-                        f"{'':<{width}}    {label} {level} {claim}: "
-                        f"{rec.failed + rec.unmet} test(s), "
-                        f"e.g. {rec.failing_tests[0]}"
-                    )
-            if verdict == RowVerdict.NOT_RUN:
-                reasons = sorted(
-                    set().union(*(r.skip_reasons for r in self.verdicts(row).values()))
-                )
-                for reason in reasons[:3]:
-                    lines.append(f"{'':<{width}}    skipped: {reason}")
-        return lines

@@ -36,6 +36,9 @@ class TestNotes:
     budget_fractions_by_dtype: dict[str, float] = field(default_factory=dict)  # the same, per dtype
     conventions: dict[str, str] = field(default_factory=dict)  # convention -> value followed
     figures: dict[str, object] = field(default_factory=dict)  # name -> data for the HTML report
+    # what the judge found in each failing comparison (conformance.judge.diagnosis.diagnose)
+    findings: list[dict] = field(default_factory=list)
+    broken: str | None = None  # why the implementation's first call broke the contract
 
     def note_budget_fraction(self, fraction: float, dtype: str) -> None:
         self.budget_fraction = worst_fraction(self.budget_fraction, fraction)
@@ -48,6 +51,9 @@ class TestNotes:
 
     def note_figure(self, name: str, data: object) -> None:
         self.figures.setdefault(name, data)
+
+    def note_finding(self, finding: dict) -> None:
+        self.findings.append(finding)
 
 
 NOTES_KEY = pytest.StashKey[TestNotes]()
@@ -161,9 +167,15 @@ class VerdictRecorder:
     """Feeds every test report into the run's :class:`Ledger` and prints its summary; on the
     xdist controller, or in a run without xdist."""
 
-    def __init__(self, ledger: Ledger, finish: Callable[[pytest.Session], None]):
+    def __init__(
+        self,
+        ledger: Ledger,
+        finish: Callable[[pytest.Session], None],
+        summarise: Callable[[], list[str]],
+    ):
         self.ledger = ledger
         self.finish = finish  # writes the reports, once the exit status is known
+        self.summarise = summarise  # the verdict per implementation (conformance.report)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = TestRecord.of(report)
@@ -182,6 +194,7 @@ class VerdictRecorder:
             reason,
             record.notes.budget_fraction,
             message,
+            record.notes.findings,
         )
         for dtype, fraction in record.notes.budget_fractions_by_dtype.items():
             self.ledger.note_budget_fraction(record.row, dtype, fraction)
@@ -189,6 +202,8 @@ class VerdictRecorder:
             self.ledger.note_convention(record.row, convention, followed)
         for name, data in record.notes.figures.items():
             self.ledger.note_figure(record.row, name, data)
+        if record.notes.broken:
+            self.ledger.broken[record.row] = record.notes.broken
 
     def nothing_checked(self) -> bool:
         """Every selected implementation was skipped: a green run would claim conformance that
@@ -206,7 +221,7 @@ class VerdictRecorder:
         if not self.ledger.records:
             return
         terminalreporter.section("attnspec: verdict per implementation")
-        for line in self.ledger.summary_lines():
+        for line in self.summarise():
             terminalreporter.write_line(line)
         if self.nothing_checked():
             terminalreporter.write_line(

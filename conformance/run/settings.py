@@ -186,7 +186,7 @@ def add_options(parser: pytest.Parser) -> None:
         type=report_path_value,
         default=None,
         metavar="PATH",
-        help="write the verdict per implementation and claim as JSON (schema attnspec-report/1, "
+        help="write the verdict per implementation and claim as JSON (schema attnspec-report/2, "
         "documented in conformance/report/json_report.py) to PATH. Default: no file.",
     )
     group.addoption(

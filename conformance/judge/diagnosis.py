@@ -1,0 +1,228 @@
+"""Naming the mistake: what a failing output matches among :mod:`spec.mistakes`' variants, and
+where its error lies when it matches none.
+
+A failing comparison becomes a *finding*: the mistakes whose variant the output matches within
+the same budget it failed against (``matched``, with the fraction of that budget), the mistakes
+that could have shown on these inputs and do not match (``refuted``), and a description of where
+the error is (``where``). A variant that cannot be told from the truth on these inputs proves
+nothing either way and is left out of both. The ledger pools a claim's findings
+(:func:`conclude`): a mistake is named when it matched at least once and was refuted nowhere;
+the precision mistakes (the formula computed in a coarser dtype) only when no exact variant is
+named; otherwise the claim gets the description of where its errors lie, never a guess.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.judge.tolerance import Comparison, compare_to_oracle, describe_fraction
+from conformance.judge.truth import CaseTruth
+from spec.dtypes import UNIT_ROUNDOFF
+from spec.mistakes import MISTAKES, Call, mistakes_showing_in
+
+SPANS_SHOWN = 4  # runs of indices a localisation names before "..."
+
+
+def mismatch(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """|actual - expected| elementwise, where NaN against NaN and inf against the same inf agree
+    (0) and a NaN against anything else is infinitely far (inf)."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(actual - expected)
+    same = (np.isnan(actual) & np.isnan(expected)) | (np.isinf(actual) & (actual == expected))
+    return np.where(same, 0.0, np.where(np.isnan(diff), np.inf, diff))
+
+
+def largest(values: np.ndarray) -> float:
+    return float(values.max()) if values.size else 0.0
+
+
+def diagnose(out, q, k, v, *, case, comparison: Comparison, truth: np.ndarray, pieces=None) -> dict:
+    """The finding of one failing comparison of ``out`` (the implementation's answer to
+    ``case`` on q, k, v) with ``truth``. ``pieces``, where the output was assembled from several
+    calls along the query rows, lists each call as (case, q, k, v): a variant is then the
+    variants of those calls, assembled the same way."""
+    pieces = pieces or [(case, q, k, v)]
+    calls = [
+        (piece, CaseTruth(*arrays), Call.of(*arrays, dtype=piece.dtype, causal=piece.causal,
+                                            scale=piece.scale, **piece.variant))
+        for piece, *arrays in pieces
+    ]  # fmt: skip
+    showing = {m.name for *_, call in calls for m in mistakes_showing_in(call)}
+    matched, refuted = {}, []
+    for name in (name for name in MISTAKES if name in showing):
+        mistake = MISTAKES[name]
+        if mistake.precision is not None:
+            if UNIT_ROUNDOFF[mistake.precision] <= UNIT_ROUNDOFF[case.dtype]:
+                continue
+            # The formula itself in the coarser dtype: as far from the truth as that dtype allows.
+            allowed = compare_to_oracle(
+                truth, q, k, v, dtype=mistake.precision, causal=case.causal, scale=case.scale,
+                truth=truth, **case.variant,
+            ).allowed  # fmt: skip
+            error = largest(mismatch(out, truth))
+        else:
+            variant = np.concatenate(
+                [variant_of(mistake, piece, case_truth, call) for piece, case_truth, call in calls],
+                axis=-2,
+            )
+            if variant.shape != truth.shape or largest(mismatch(variant, truth)) <= (
+                comparison.allowed
+            ):
+                continue  # the mistake does not show on these inputs
+            allowed, error = comparison.allowed, largest(mismatch(out, variant))
+        if error <= allowed:
+            matched[mistake.name] = error / allowed if allowed > 0 else 0.0
+        else:
+            refuted.append(mistake.name)
+    return {
+        "case": case.describe(),
+        "tq": case.tq,
+        "tk": case.tk,
+        "dtype": case.dtype,
+        "fraction_of_budget": comparison.budget_fraction,
+        "matched": matched,
+        "refuted": refuted,
+        "where": locate(out, truth, comparison.allowed, case),
+    }
+
+
+def variant_of(mistake, case, case_truth: CaseTruth, call: Call) -> np.ndarray:
+    """The mistake's output on one call: the truth's where it cannot show."""
+    options = dict(causal=case.causal, scale=case.scale, **case.variant)
+    if not mistake.shows(call):
+        return case_truth.attention(**options)
+    return case_truth.mistake(mistake.name, dtype=case.dtype, **options)
+
+
+def spans(indices) -> str:
+    """Sorted indices as runs: "0-3, 7, 9-12" (the first few, then "...")."""
+    runs: list[list[int]] = []
+    for index in sorted(int(i) for i in indices):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:SPANS_SHOWN])
+    return text + (", ..." if len(runs) > SPANS_SHOWN else "")
+
+
+def _tile_boundary(first: int) -> int | None:
+    """The largest power of two from 16 up that ``first`` is a multiple of, if any."""
+    boundary = None
+    tile = 16
+    while first and first % tile == 0:
+        boundary, tile = tile, tile * 2
+    return boundary
+
+
+def locate(out, truth, allowed: float, case) -> str:
+    """Where ``out`` is off by more than ``allowed``: which batch items, heads, query rows and
+    output columns, whether with NaN, and the case's Tq against Tk. A description, not a guess."""
+    error = mismatch(out, truth)  # (B, H, Tq, Dv)
+    bad = error > allowed
+    if not bad.any():
+        return "no element is off by more than the budget"
+    parts = [f"{int(bad.sum())} of {bad.size} elements off"]
+    nans = int((np.isnan(np.asarray(out, np.float64)) & ~np.isnan(truth)).sum())
+    if nans:
+        parts.append(f"{nans} NaN")
+    for axis, label in ((0, "batch items"), (1, "heads"), (2, "query rows"), (3, "columns")):
+        others = tuple(a for a in range(4) if a != axis)
+        hit = np.flatnonzero(bad.any(axis=others))
+        size = bad.shape[axis]
+        if len(hit) == size:
+            if size > 1:
+                parts.append(f"every one of {size} {label}")
+            continue
+        text = f"{label} {spans(hit)} of {size}"
+        boundary = _tile_boundary(int(hit[0])) if axis == 2 else None
+        if boundary and hit[0] > 0:
+            text += f" (from row {int(hit[0])}, a multiple of {boundary})"
+        parts.append(text)
+    relation = "=" if case.tq == case.tk else ("<" if case.tq < case.tk else ">")
+    parts.append(f"at Tq={case.tq} {relation} Tk={case.tk}, {case.dtype}")
+    return "; ".join(parts)
+
+
+def refuted_by(findings: list[dict]) -> set[str]:
+    """The mistakes some finding refutes: pooled over an implementation's claims, since one
+    kernel has one set of bugs."""
+    return {name for finding in findings for name in finding["refuted"]}
+
+
+def conclude(findings: list[dict], refuted: set[str] | None = None) -> list[dict]:
+    """A claim's diagnosis from its failing comparisons' findings (each with its "test"): the
+    mistakes named (``kind`` "mistake"), else where the errors lie (``kind`` "where"). A mistake
+    in ``refuted`` (by default, those its own findings refute) is never named."""
+    if not findings:
+        return []
+    refuted = refuted_by(findings) if refuted is None else refuted
+    best: dict[str, tuple[float, str]] = {}
+    for finding in findings:
+        for name, fraction in finding["matched"].items():
+            if name not in refuted and (name not in best or fraction < best[name][0]):
+                best[name] = (fraction, finding["test"])
+    exact = [name for name in best if MISTAKES[name].precision is None]
+    named = exact or list(best)
+    if named:
+        return [
+            {
+                "kind": "mistake",
+                "name": name,
+                "text": MISTAKES[name].text,
+                "hint": MISTAKES[name].hint,
+                "test": best[name][1],
+                "fraction_of_budget": best[name][0],
+            }
+            for name in sorted(named, key=lambda n: best[n][0])
+        ]
+    first = findings[0]
+    where = [
+        {
+            "kind": "where",
+            "name": "where",
+            "text": first["where"],
+            "test": first["test"],
+            "fraction_of_budget": first["fraction_of_budget"],
+        }
+    ]
+    pattern = common_pattern(findings)
+    if pattern:
+        where.append(
+            {
+                "kind": "where",
+                "name": "pattern",
+                "text": pattern,
+                "test": first["test"],
+                "fraction_of_budget": first["fraction_of_budget"],
+            }
+        )
+    return where
+
+
+def common_pattern(findings: list[dict]) -> str | None:
+    """What every failing case has in common (Tq against Tk, the dtype), when all share it."""
+    facts = []
+    relations = {
+        "Tq = 1" if f["tq"] == 1 else ("Tq < Tk" if f["tq"] < f["tk"] else "Tq >= Tk")
+        for f in findings
+    }
+    if len(relations) == 1:
+        facts.append(relations.pop())
+    dtypes = {f["dtype"] for f in findings}
+    if len(dtypes) == 1:
+        facts.append(f"dtype {dtypes.pop()}")
+    if not facts or len(findings) < 2:
+        return None
+    return f"all {len(findings)} failing comparisons have " + " and ".join(facts)
+
+
+def describe_diagnosis(entries: list[dict]) -> str:
+    """One line for a failure message: the mistakes matched, or where the error lies."""
+    mistakes = [e for e in entries if e["kind"] == "mistake"]
+    if mistakes:
+        return "diagnosis: matches " + "; or ".join(
+            f'"{e["text"]}" ({describe_fraction(e["fraction_of_budget"])})' for e in mistakes
+        )
+    return "diagnosis: no catalogued mistake matches; " + "; ".join(e["text"] for e in entries)

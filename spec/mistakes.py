@@ -1,0 +1,762 @@
+"""The mistakes attention kernels make, each a variant of the formula (:mod:`spec.formula`).
+
+A failed claim says *that* a kernel is wrong; the judge names *why* by computing each mistake's
+variant on the failing inputs and reporting those the kernel's output matches within its dtype's
+budget (``conformance/judge/diagnosis.py``). Each mistake has a stable name, one sentence on what
+it is, and a hint on where it usually comes from; its variant is the formula with that one step
+changed, in float64 unless the mistake is about precision (then in the arithmetic that makes it
+show: the accumulation dtype where overflow or a finite fill decides).
+
+``shows(call)`` says cheaply whether the variant can differ from the formula at all on a call
+(a top-left mask is the right one when Tq = Tk): a variant that cannot differ proves nothing and
+is not computed. A variant with a ``precision`` is the formula itself computed in a coarser
+dtype: the output matches it when it lies within that dtype's budget of the truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from spec.dtypes import UNIT_ROUNDOFF
+from spec.formula import (
+    accumulation_dtype,
+    each_item_or_sequence,
+    resolve_scale,
+    softmax,
+    unread_padding_zeroed,
+)
+
+TILE_SIZES = (32, 64, 128)  # the key tiles of the tiling mistakes: the widths kernels use
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a mistake needs to know of one attention call: its shapes, dtype and options."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    tq: int
+    tk: int
+    head_dim: int
+    value_dim: int
+    dtype: str
+    causal: bool = True
+    scale: float | None = None
+    window: int | None = None
+    key_lengths: tuple[int, ...] | None = None
+    query_lengths: tuple[int, ...] | None = None
+    cu_seqlens_q: tuple[int, ...] | None = None
+    cu_seqlens_k: tuple[int, ...] | None = None
+
+    @classmethod
+    def of(cls, q, k, v, *, dtype: str, causal=True, scale=None, **variant) -> Call:
+        (batch, heads, tq, head_dim), (_, kv_heads, tk, _) = q.shape, k.shape
+        options = {name: tuple(value) if isinstance(value, list | tuple | np.ndarray) else value
+                   for name, value in variant.items()}  # fmt: skip
+        return cls(batch, heads, kv_heads, tq, tk, head_dim, v.shape[-1], dtype, causal, scale,
+                   **options)  # fmt: skip
+
+    @property
+    def resolved_scale(self) -> float:
+        return resolve_scale(self.scale, self.head_dim)
+
+    @property
+    def lengths(self) -> list[tuple[int, int]]:
+        """(queries, keys) of each sequence the call attends separately: each packed sequence,
+        each padded item, or the whole call."""
+        if self.cu_seqlens_q is not None:
+            return [
+                (self.cu_seqlens_q[s + 1] - self.cu_seqlens_q[s],
+                 self.cu_seqlens_k[s + 1] - self.cu_seqlens_k[s])
+                for s in range(len(self.cu_seqlens_q) - 1)
+            ]  # fmt: skip
+        queries = self.query_lengths or (self.tq,) * self.batch
+        keys = self.key_lengths or (self.tk,) * self.batch
+        return list(zip(queries, keys, strict=True))
+
+    @property
+    def has_padding(self) -> bool:
+        return self.key_lengths is not None and min(self.key_lengths) < self.tk
+
+
+@dataclass(frozen=True)
+class Mistake:
+    name: str  # stable: reports, the zoo and the README use it
+    text: str  # what the mistake is, in one sentence
+    hint: str  # where it usually comes from
+    attend: Callable[[np.ndarray, np.ndarray, np.ndarray, Call], np.ndarray]
+    shows: Callable[[Call], bool]  # whether the variant can differ from the formula on a call
+    precision: str | None = None  # the formula computed in this coarser dtype
+    # applied to each padded item or packed sequence alone, as the formula is (else whole)
+    per_sequence: bool = True
+
+    def output(self, q, k, v, *, dtype: str, causal=True, scale=None, **variant) -> np.ndarray:
+        """The variant's output on float64 q, k, v: (B, H, Tq, Dv), float64."""
+
+        def one(q, k, v, **options):
+            return self.attend(q, k, v, Call.of(q, k, v, dtype=dtype, **options))
+
+        with np.errstate(all="ignore"):
+            if self.per_sequence:
+                pieces = each_item_or_sequence(one, q, k, v, causal=causal, scale=scale, **variant)
+                if pieces is not None:
+                    return np.asarray(pieces, np.float64)
+            return np.asarray(one(q, k, v, causal=causal, scale=scale, **variant), np.float64)
+
+
+# --- the formula in steps, each a switch for the mistakes below ----------------------------------
+
+
+def visible_keys_of(
+    call: Call,
+    *,
+    aligned: str = "bottom-right",
+    reach: int = 0,
+    window: int | None = None,
+    window_from_row: bool = False,
+    lengths_seen: bool = True,
+) -> np.ndarray:
+    """(B or 1, 1, Tq, Tk) True where query row i sees key j: the formula's mask (as
+    :func:`spec.formula.visible_keys`) with one switch changed. ``aligned`` places row i at
+    i + L_b - Tq ("bottom-right"), at i ("top-left") or at i + Tk - Tq ("padded": the key
+    lengths ignored); ``reach`` lets it see that many keys further (-1: not itself);
+    ``window_from_row`` measures the window from i instead of the position."""
+    lengths = np.asarray(call.key_lengths or (call.tk,), np.int64)[:, None, None]  # (B, 1, 1)
+    keys = np.arange(call.tk)[None, None, :]  # (1, 1, Tk)
+    rows = np.arange(call.tq)[None, :, None]  # (1, Tq, 1)
+    offset = {"bottom-right": lengths - call.tq, "top-left": 0, "padded": call.tk - call.tq}
+    positions = rows + offset[aligned]  # (B or 1, Tq, 1)
+    visible = keys < lengths if lengths_seen else np.ones_like(keys, dtype=bool)
+    if call.causal:
+        visible = visible & (keys <= positions + reach)
+    window = call.window if window is None else window
+    if window is not None:
+        visible = visible & (keys >= (rows if window_from_row else positions) - window)
+    return visible[:, None]  # (B or 1, 1, Tq, Tk)
+
+
+def attend_with(
+    q,
+    k,
+    v,
+    call: Call,
+    *,
+    scale: float | None = None,
+    visible: np.ndarray | None = None,
+    kv_head_of: Callable[[int, int], np.ndarray] | None = None,
+    values_head_of: Callable[[int, int], np.ndarray] | None = None,
+    weights_of: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+    zero_padding: bool = True,
+) -> np.ndarray:
+    """The formula with the extensions, in float64, each step replaceable: the scale, the mask,
+    which key/value head query head h reads (h // g), the softmax of the masked scores."""
+    index = (kv_head_of or _grouped)(call.heads, call.kv_heads)
+    values_index = (values_head_of or kv_head_of or _grouped)(call.heads, call.kv_heads)
+    k, v = k[:, index], v[:, values_index]  # (B, Hkv, T, D) -> (B, Hq, T, D)
+    scores = q @ k.swapaxes(-1, -2) * (call.resolved_scale if scale is None else scale)
+    visible = visible_keys_of(call) if visible is None else visible
+    weights = (weights_of or _masked_softmax)(scores, visible)
+    if zero_padding:
+        v = unread_padding_zeroed(v, key_lengths=call.key_lengths)
+    return weights @ v  # (B, Hq, Tq, Dv)
+
+
+def _grouped(heads: int, kv_heads: int) -> np.ndarray:
+    return np.arange(heads) // (heads // kv_heads)
+
+
+def _masked_softmax(scores, visible):
+    return softmax(np.where(visible, scores, -np.inf))
+
+
+def _in_accumulation(call: Call, scores: np.ndarray) -> np.ndarray:
+    """Scores held where a kernel in the call's dtype computes its exponentials."""
+    return scores.astype(accumulation_dtype(call.dtype))
+
+
+def _normalised(weights: np.ndarray, axis: int = -1, epsilon: float = 0.0) -> np.ndarray:
+    return weights / (weights.sum(axis=axis, keepdims=True) + epsilon)
+
+
+# --- the mistakes ---------------------------------------------------------------------------------
+
+MISTAKES: dict[str, Mistake] = {}
+
+
+def mistake(name: str, text: str, hint: str, shows: Callable[[Call], bool], **options):
+    """Register the decorated variant as mistake ``name``."""
+
+    def register(attend):
+        if name in MISTAKES:
+            raise ValueError(f"mistake {name!r} registered twice")
+        MISTAKES[name] = Mistake(name, text, hint, attend, shows, **options)
+        return attend
+
+    return register
+
+
+def _decodes_or_prefills_unequal(call: Call) -> bool:
+    return call.causal and any(queries != keys for queries, keys in call.lengths)
+
+
+def _has_future(call: Call) -> bool:
+    return call.causal and call.tq > 1
+
+
+# Masking
+
+
+@mistake(
+    "mask-top-left",
+    "causal mask aligned top-left: query row i sees keys 0..i whatever Tk",
+    "tril(ones(Tq, Tk)) instead of aligning to the last key (as PyTorch's is_causal)",
+    _decodes_or_prefills_unequal,
+)
+def _top_left(q, k, v, call):
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, aligned="top-left"))
+
+
+@mistake(
+    "mask-missing",
+    "no causal mask: every query row sees every key, the future included",
+    "the causal flag accepted but never passed down to the kernel",
+    _has_future,
+)
+def _no_mask(q, k, v, call):
+    return attend_with(q, k, v, call, visible=visible_keys_of(replace(call, causal=False)))
+
+
+@mistake(
+    "mask-on-non-causal-call",
+    "the causal mask applied to a call with causal=False",
+    "a decoder-only kernel exposed under a general signature",
+    lambda call: not call.causal and call.tq > 1,
+)
+def _always_causal(q, k, v, call):
+    return attend_with(q, k, v, call, visible=visible_keys_of(replace(call, causal=True)))
+
+
+@mistake(
+    "mask-excludes-diagonal",
+    "the mask hides the query's own key too: j < i where j <= i belongs",
+    "reading 'must not see the future' as 'must not see itself'",
+    lambda call: call.causal,
+)
+def _diagonal_hidden(q, k, v, call):
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, reach=-1))
+
+
+@mistake(
+    "mask-one-ahead",
+    "the mask lets query i see key i + 1: j <= i + 1 where j <= i belongs",
+    "an off-by-one in the diagonal offset of tril or of a tile's mask",
+    _has_future,
+)
+def _one_ahead(q, k, v, call):
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, reach=1))
+
+
+@mistake(
+    "mask-fill-minus-1e4",
+    "the mask adds -1e4 to hidden scores instead of setting them to -inf",
+    "the float16-era additive mask: hidden keys whose scores exceed the visible ones by ~1e4 "
+    "take the weight",
+    lambda call: call.causal,
+)
+def _fill_minus_1e4(q, k, v, call):
+    def weights(scores, visible):
+        scores = _in_accumulation(call, scores)
+        return softmax(scores + np.where(visible, 0, -1e4).astype(scores.dtype))
+
+    return attend_with(q, k, v, call, weights_of=weights)
+
+
+@mistake(
+    "mask-fill-minus-1e9",
+    "hidden scores set to -1e9 instead of -inf",
+    "masked_fill(mask, -1e9): a row that sees no key gets the mean of every value, not NaN",
+    lambda call: call.causal,
+)
+def _fill_minus_1e9(q, k, v, call):
+    def weights(scores, visible):
+        scores = _in_accumulation(call, scores)
+        return softmax(np.where(visible, scores, scores.dtype.type(-1e9)))
+
+    return attend_with(q, k, v, call, weights_of=weights)
+
+
+@mistake(
+    "max-before-masking",
+    "the row maximum taken over every key, hidden ones included, before masking",
+    "the stabilising max computed on the raw scores: one large hidden score makes every visible "
+    "weight underflow",
+    lambda call: call.causal or call.window is not None or call.has_padding,
+)
+def _max_before_masking(q, k, v, call):
+    def weights(scores, visible):
+        scores = _in_accumulation(call, scores)
+        return _normalised(np.where(visible, np.exp(scores - scores.max(-1, keepdims=True)), 0))
+
+    return attend_with(q, k, v, call, weights_of=weights)
+
+
+# Scaling
+
+
+def _default_scale(call: Call) -> bool:
+    return call.scale is None
+
+
+@mistake(
+    "scale-value-dim",
+    "scores scaled by 1/sqrt(Dv), v's head dim, instead of 1/sqrt(D)",
+    "d_k read off the value tensor: right while Dv = D",
+    lambda call: _default_scale(call) and call.value_dim != call.head_dim,
+)
+def _scale_value_dim(q, k, v, call):
+    return attend_with(q, k, v, call, scale=call.value_dim**-0.5)
+
+
+@mistake(
+    "scale-model-width",
+    "scores scaled by 1/sqrt(H * D), the model width, instead of the head's 1/sqrt(D)",
+    "code written for one head and split into heads without revisiting the scale",
+    lambda call: _default_scale(call) and call.heads > 1,
+)
+def _scale_model_width(q, k, v, call):
+    return attend_with(q, k, v, call, scale=(call.heads * call.head_dim) ** -0.5)
+
+
+@mistake(
+    "scale-one-over-d",
+    "scores scaled by 1/D instead of 1/sqrt(D)",
+    "'divide by the dimension' read in prose (at the default scale, the same as scaling twice)",
+    lambda call: _default_scale(call) and call.head_dim != 1,
+)
+def _scale_one_over_d(q, k, v, call):
+    return attend_with(q, k, v, call, scale=1 / call.head_dim)
+
+
+@mistake(
+    "scale-constant",
+    "the scale hard-coded to 0.125 = 1/sqrt(64)",
+    "a kernel written for d_k = 64 reused for another head size",
+    lambda call: _default_scale(call) and call.head_dim != 64,
+)
+def _scale_constant(q, k, v, call):
+    return attend_with(q, k, v, call, scale=0.125)
+
+
+def _padded_width(head_dim: int) -> int:
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+@mistake(
+    "scale-padded-head-dim",
+    "the scale taken from the head dim padded to a power of two (at least 16)",
+    "the head dim padded for tensor cores before the scale was computed from it",
+    lambda call: _default_scale(call) and _padded_width(call.head_dim) != call.head_dim,
+)
+def _scale_padded(q, k, v, call):
+    return attend_with(q, k, v, call, scale=_padded_width(call.head_dim) ** -0.5)
+
+
+@mistake(
+    "scale-missing",
+    "scores not scaled at all",
+    "a code path (often the one for a single query row) that skips the multiply",
+    lambda call: call.resolved_scale != 1,
+)
+def _scale_missing(q, k, v, call):
+    return attend_with(q, k, v, call, scale=1.0)
+
+
+@mistake(
+    "scale-missing-at-decode",
+    "scores not scaled when the call has a single query row (a decoding step)",
+    "a separate fast path for Tq = 1 that skips the multiply the main path does",
+    lambda call: call.tq == 1 and call.resolved_scale != 1,
+)
+def _scale_missing_at_decode(q, k, v, call):
+    return attend_with(q, k, v, call, scale=1.0 if call.tq == 1 else None)
+
+
+@mistake(
+    "scale-twice",
+    "the scale applied twice: to q up front and to the scores again",
+    "a refactor that moved the scale without removing the old multiply",
+    lambda call: call.resolved_scale != 1,
+)
+def _scale_twice(q, k, v, call):
+    return attend_with(q, k, v, call, scale=call.resolved_scale**2)
+
+
+@mistake(
+    "scale-explicit-ignored",
+    "an explicit scale ignored: 1/sqrt(D) used whatever the caller passed",
+    "a wrapper that accepts scale and forgets to pass it down",
+    lambda call: call.scale is not None and call.scale != call.head_dim**-0.5,
+)
+def _scale_explicit_ignored(q, k, v, call):
+    return attend_with(q, k, v, call, scale=call.head_dim**-0.5)
+
+
+# Softmax
+
+
+@mistake(
+    "softmax-over-queries",
+    "the softmax normalised over the query axis instead of the key axis",
+    "axis=-2 where axis=-1 belongs: a transposed-layout habit",
+    lambda call: call.tq > 1,
+)
+def _over_queries(q, k, v, call):
+    def weights(scores, visible):
+        scores = np.where(visible, scores, -np.inf)
+        return _normalised(np.exp(scores - scores.max(-1, keepdims=True)), axis=-2)
+
+    return attend_with(q, k, v, call, weights_of=weights)
+
+
+@mistake(
+    "softmax-no-max-subtraction",
+    "exp() of the raw scores, without subtracting the row maximum",
+    "the textbook softmax: overflows to inf and then NaN once scores pass ~88 in float32",
+    lambda call: True,
+)
+def _no_max_subtraction(q, k, v, call):
+    def weights(scores, visible):
+        return _normalised(np.exp(np.where(visible, _in_accumulation(call, scores), -np.inf)))
+
+    return attend_with(q, k, v, call, weights_of=weights)
+
+
+@mistake(
+    "softmax-clamped-scores",
+    "scores clipped to [-80, 80] before exp() instead of subtracting the row maximum",
+    "a guard against overflow that flattens large scores and their differences",
+    lambda call: True,
+)
+def _clamped(q, k, v, call):
+    def weights(scores, visible):
+        return _normalised(np.exp(np.clip(np.where(visible, scores, -np.inf), -80, 80)))
+
+    return attend_with(q, k, v, call, weights_of=weights)
+
+
+@mistake(
+    "softmax-epsilon-in-denominator",
+    "the softmax divided by (sum + 1e-10)",
+    "a guard against division by zero, which cannot happen once the maximum is subtracted",
+    lambda call: call.dtype == "float64",
+)
+def _epsilon(q, k, v, call):
+    def weights(scores, visible):
+        scores = np.where(visible, scores, -np.inf)
+        return _normalised(np.exp(scores - scores.max(-1, keepdims=True)), epsilon=1e-10)
+
+    return attend_with(q, k, v, call, weights_of=weights)
+
+
+@mistake(
+    "float16-inside",
+    "probabilities or the row sum held in float16: the output only as good as float16 arithmetic",
+    "P fed to a half-precision matmul, or a float16 accumulator, in a float32 or float64 kernel",
+    lambda call: UNIT_ROUNDOFF[call.dtype] < UNIT_ROUNDOFF["float16"],
+    precision="float16",
+)
+def _float16_inside(q, k, v, call):
+    return attend_with(q, k, v, call)
+
+
+@mistake(
+    "float32-inside",
+    "float64 in and out, float32 arithmetic inside",
+    "a float32 kernel behind a float64 signature, or a float32 accumulator",
+    lambda call: call.dtype == "float64",
+    precision="float32",
+)
+def _float32_inside(q, k, v, call):
+    return attend_with(q, k, v, call)
+
+
+# Heads and batch items
+
+
+def _grouped_heads(call: Call) -> bool:
+    return 1 < call.kv_heads < call.heads
+
+
+@mistake(
+    "gqa-heads-modulo",
+    "query head h reads key/value head h % Hkv instead of h // g",
+    "np.tile where np.repeat belongs, or a head index taken modulo",
+    _grouped_heads,
+)
+def _gqa_modulo(q, k, v, call):
+    return attend_with(q, k, v, call, kv_head_of=lambda heads, kv: np.arange(heads) % kv)
+
+
+@mistake(
+    "gqa-groups-for-group-size",
+    "query head h reads key/value head h // Hkv: the number of groups taken for their size",
+    "g = Hq / Hkv and Hkv swapped in the head index (right only when g = Hkv)",
+    lambda call: _grouped_heads(call) and call.heads // call.kv_heads != call.kv_heads,
+)
+def _gqa_swapped(q, k, v, call):
+    def swapped(heads, kv):
+        return np.minimum(np.arange(heads) // kv, kv - 1)
+
+    return attend_with(q, k, v, call, kv_head_of=swapped)
+
+
+@mistake(
+    "values-of-head-0",
+    "every query head reads head 0's values",
+    "the value pointer not advanced by the head index",
+    lambda call: call.kv_heads > 1,
+)
+def _values_head_0(q, k, v, call):
+    return attend_with(q, k, v, call, values_head_of=lambda heads, kv: np.zeros(heads, int))
+
+
+@mistake(
+    "output-of-query-head-0",
+    "query head 0's output given to every head",
+    "a multi-query fast path that forgot the query heads differ",
+    lambda call: call.heads > 1,
+)
+def _query_head_0(q, k, v, call):
+    first = attend_with(q[:, :1], k[:, :1], v[:, :1], replace(call, heads=1, kv_heads=1))
+    return np.repeat(first, call.heads, axis=1)
+
+
+@mistake(
+    "keys-of-item-0",
+    "every batch item reads item 0's keys and values",
+    "a broadcast axis of size 1 taking the batch axis with it, or a batch stride of 0",
+    lambda call: call.batch > 1,
+)
+def _keys_item_0(q, k, v, call):
+    k, v = (np.broadcast_to(x[:1], x.shape) for x in (k, v))
+    return attend_with(q, k, v, call)
+
+
+@mistake(
+    "heads-reversed",
+    "the heads written in reverse order",
+    "a head index counted from the wrong end of the grid",
+    lambda call: call.heads > 1,
+)
+def _heads_reversed(q, k, v, call):
+    return attend_with(q, k, v, call)[:, ::-1]
+
+
+@mistake(
+    "batch-items-rotated",
+    "batch item b's output written to slot b + 1",
+    "an output pointer offset computed from the wrong stride",
+    lambda call: call.batch > 1,
+)
+def _batch_rotated(q, k, v, call):
+    return np.roll(attend_with(q, k, v, call), 1, axis=0)
+
+
+@mistake(
+    "heads-mixed-by-reshape",
+    "(B, H, T, D) viewed as (B, T, H, D) by a reshape where a transpose belongs",
+    "splitting heads with view() instead of transpose(): heads and positions are mixed",
+    lambda call: call.heads > 1 and call.kv_heads == call.heads,
+)
+def _reshape_for_transpose(q, k, v, call):
+    batch, heads = call.batch, call.heads
+    q2, k2, v2 = (
+        x.reshape(batch, x.shape[-2], heads, -1).transpose(0, 2, 1, 3)  # (B, H, T, D), mixed
+        for x in (q, k, v)
+    )
+    out = attend_with(q2, k2, v2, call)  # (B, H, Tq, Dv)
+    return out.transpose(0, 2, 1, 3).reshape(out.shape)  # (B, Tq, H, Dv) read as (B, H, Tq, Dv)
+
+
+# Windows
+
+
+@mistake(
+    "window-one-key-too-wide",
+    "the window keeps keys p - w - 1 .. p: one key too many",
+    "a <= where a < belongs at the window's lower edge",
+    lambda call: call.window is not None,
+)
+def _window_wide(q, k, v, call):
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, window=call.window + 1))
+
+
+@mistake(
+    "window-of-w-keys",
+    "the window keeps w keys, the query's own included, instead of w + 1",
+    "FlashAttention's window_size w read as Mistral's sliding_window W",
+    lambda call: call.window is not None,
+)
+def _window_narrow(q, k, v, call):
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, window=call.window - 1))
+
+
+@mistake(
+    "window-from-row-index",
+    "the window measured back from the row index i instead of the position i + Tk - Tq",
+    "the prefill formula reused for decoding against a cache",
+    lambda call: call.window is not None and _decodes_or_prefills_unequal(call),
+)
+def _window_rows(q, k, v, call):
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, window_from_row=True))
+
+
+# Padding and packing
+
+
+@mistake(
+    "padding-unmasked",
+    "keys past an item's length not masked: the padding is attended",
+    "key_lengths accepted but only used to size the output",
+    lambda call: call.has_padding,
+    per_sequence=False,
+)
+def _padding_unmasked(q, k, v, call):
+    return attend_with(
+        q, k, v, call, visible=visible_keys_of(call, lengths_seen=False), zero_padding=False
+    )
+
+
+@mistake(
+    "padding-values-weighted-zero",
+    "the padding given weight 0 but its values multiplied anyway: 0 x NaN is NaN",
+    "P @ V over the whole padded V instead of the item's first L_b rows",
+    lambda call: call.has_padding,
+    per_sequence=False,
+)
+def _padding_times_zero(q, k, v, call):
+    return attend_with(q, k, v, call, zero_padding=False)
+
+
+@mistake(
+    "padding-in-row-max",
+    "each row's maximum taken over the padding's scores too",
+    "the stabilising max computed before the padding mask: inf or NaN there poisons the item",
+    lambda call: call.has_padding,
+    per_sequence=False,
+)
+def _padding_max(q, k, v, call):
+    def weights(scores, visible):
+        return _normalised(np.where(visible, np.exp(scores - scores.max(-1, keepdims=True)), 0))
+
+    return attend_with(q, k, v, call, weights_of=weights)
+
+
+@mistake(
+    "key-lengths-ignored-in-offset",
+    "query row i placed at i + Tk - Tq, the padded length's offset, instead of i + L_b - Tq",
+    "the causal offset computed from the padded shape, not the item's own length",
+    lambda call: call.has_padding and call.causal,
+    per_sequence=False,
+)
+def _padded_offset(q, k, v, call):
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, aligned="padded"))
+
+
+@mistake(
+    "packed-boundaries-ignored",
+    "packed sequences attended as one long causal sequence",
+    "cu_seqlens accepted, but the mask built for the packed tokens as a whole",
+    lambda call: call.cu_seqlens_q is not None and len(call.cu_seqlens_q) > 2,
+    per_sequence=False,
+)
+def _packed_whole(q, k, v, call):
+    return attend_with(q, k, v, call)
+
+
+@mistake(
+    "packed-keys-at-query-offsets",
+    "each packed sequence's keys cut at cu_seqlens_q instead of cu_seqlens_k",
+    "one offset array used for queries and keys alike",
+    lambda call: call.cu_seqlens_q is not None and call.cu_seqlens_q != call.cu_seqlens_k,
+    per_sequence=False,
+)
+def _packed_query_offsets(q, k, v, call):
+    bounds = list(zip(call.cu_seqlens_q[:-1], call.cu_seqlens_q[1:], strict=True))
+    pieces = []
+    for first, last in bounds:
+        part = Call.of(q[..., first:last, :], k[..., first:last, :], v[..., first:last, :],
+                       dtype=call.dtype, causal=call.causal, scale=call.scale)  # fmt: skip
+        pieces.append(
+            attend_with(q[..., first:last, :], k[..., first:last, :], v[..., first:last, :], part)
+        )
+    return np.concatenate(pieces, axis=-2)
+
+
+# Tiling: an online softmax over key tiles, with one step wrong
+
+
+def online_softmax(q, k, v, call: Call, *, tile: int, rescale_accumulator: bool = True):
+    """The formula as a flash kernel computes it: key tiles of ``tile``, a running maximum m, sum
+    l and accumulator acc per row, both rescaled by exp(m_old - m_new) when m grows."""
+    k, v = k[:, _grouped(call.heads, call.kv_heads)], v[:, _grouped(call.heads, call.kv_heads)]
+    visible = visible_keys_of(call)
+    rows = (*q.shape[:-1], 1)  # (B, H, Tq, 1)
+    running_max, running_sum = np.full(rows, -np.inf), np.zeros(rows)
+    acc = np.zeros((*q.shape[:-1], v.shape[-1]))  # (B, H, Tq, Dv)
+    for start in range(0, call.tk, tile):
+        keys = slice(start, start + tile)
+        scores = q @ k[..., keys, :].swapaxes(-1, -2) * call.resolved_scale  # (B, H, Tq, tile)
+        scores = np.where(visible[..., keys], scores, -np.inf)
+        new_max = np.maximum(running_max, scores.max(-1, keepdims=True))
+        shift = np.where(np.isfinite(new_max), new_max, 0)  # a row with no key yet: exp -> 0
+        probs = np.exp(scores - shift)
+        correction = np.exp(np.where(np.isfinite(running_max), running_max - shift, -np.inf))
+        running_sum = running_sum * correction + probs.sum(-1, keepdims=True)
+        acc = (acc * correction if rescale_accumulator else acc) + probs @ v[..., keys, :]
+        running_max = new_max
+    return acc / running_sum
+
+
+def _tiling_mistakes(tile: int) -> None:
+    @mistake(
+        f"online-softmax-stale-accumulator-{tile}",
+        f"an online softmax over key tiles of {tile} that rescales its running sum but not its "
+        "output accumulator when the running maximum grows",
+        "acc *= exp(m_old - m_new) forgotten: right while Tk fits one tile",
+        lambda call: call.tk > tile,
+    )
+    def _stale(q, k, v, call):
+        return online_softmax(q, k, v, call, tile=tile, rescale_accumulator=False)
+
+    @mistake(
+        f"last-key-tile-dropped-{tile}",
+        f"the last, partial key tile of {tile} never read: keys past the last multiple of {tile} "
+        "are not seen",
+        "Tk // tile tiles launched where ceil(Tk / tile) belongs",
+        lambda call: call.tk > tile and call.tk % tile != 0,
+    )
+    def _dropped(q, k, v, call):
+        kept = tile * (call.tk // tile)
+        visible = visible_keys_of(call) & (np.arange(call.tk) < kept)
+        return attend_with(q, k, v, call, visible=visible)
+
+
+for _tile in TILE_SIZES:
+    _tiling_mistakes(_tile)
+
+
+def find_mistake(name: str) -> Mistake:
+    """The mistake called ``name``, or a ValueError naming the known ones."""
+    if name not in MISTAKES:
+        raise ValueError(f"mistake {name!r}, but should be one of {', '.join(MISTAKES)}")
+    return MISTAKES[name]
+
+
+def mistakes_showing_in(call: Call) -> list[Mistake]:
+    """The mistakes whose variant can differ from the formula on ``call``."""
+    return [m for m in MISTAKES.values() if m.shows(call)]
