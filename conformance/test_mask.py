@@ -105,13 +105,14 @@ def test_rows_do_not_depend_on_later_positions(subject, dtype, cut):
         q2[..., cut + 1 :, :] = q_new[..., cut + 1 :, :]
         k2[..., cut + 1 :, :] = k_new[..., cut + 1 :, :]
         v2[..., cut + 1 :, :] = v_new[..., cut + 1 :, :]
-        rows = subject.call(case, q2, k2, v2)[..., : cut + 1, :]
+        out = subject.call(case, q2, k2, v2)
         assert_identical(
             subject,
             case,
             f"rows 0..{cut} with positions > {cut} set to {label}",
-            rows,
+            out[..., : cut + 1, :],
             reference_rows,
+            answer=(out, q2, k2, v2),
         )
 
 

@@ -57,7 +57,12 @@ def test_nonfinite_padding_never_reaches_a_row(subject, dtype, tensor, bad):
     with np.errstate(invalid="ignore", over="ignore"):
         padded = subject.call(case, q, planted["k"], planted["v"])
     assert_identical(
-        subject, case, f"out with {tensor} = {bad} past each item's key length", padded, clean
+        subject,
+        case,
+        f"out with {tensor} = {bad} past each item's key length",
+        padded,
+        clean,
+        answer=(padded, q, planted["k"], planted["v"]),
     )
 
 

@@ -140,10 +140,8 @@ def test_large_scores_stay_finite_and_correct(subject, dtype, target):
     factor = np.sqrt(want_raw / raw)
     q, k = (round_to(x * factor, dtype) for x in (q, k))
     out = subject.call(case, q, k, v)
-    if not np.isfinite(out).all():
-        fail(
-            subject,
-            case,
-            f"non-finite output with scores up to {np.abs(reference_scores(q, k)).max():.3g}",
-        )
-    assert_matches_oracle(subject, case, out, q, k, v, what=f"out with large scores ({target})")
+    what = f"out with scores up to {np.abs(reference_scores(q, k)).max():.3g}"
+    nonfinite = np.size(out) - int(np.isfinite(out).sum())
+    if nonfinite:
+        what += f", {nonfinite} of its elements non-finite"
+    assert_matches_oracle(subject, case, out, q, k, v, what=what)

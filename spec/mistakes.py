@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from spec.dtypes import UNIT_ROUNDOFF
+from spec.dtypes import UNIT_ROUNDOFF, round_to
 from spec.formula import (
     accumulation_dtype,
     each_item_or_sequence,
@@ -94,12 +94,22 @@ class Mistake:
     # applied to each padded item or packed sequence alone, as the formula is (else whole)
     per_sequence: bool = True
 
-    def output(self, q, k, v, *, dtype: str, causal=True, scale=None, **variant) -> np.ndarray:
-        """The variant's output on float64 q, k, v: (B, H, Tq, Dv), float64."""
+    def output(
+        self, q, k, v, *, dtype: str, causal=True, scale=None, in_dtype=False, **variant
+    ) -> np.ndarray:
+        """The variant's output on float64 q, k, v: (B, H, Tq, Dv), as float64. ``in_dtype``:
+        computed as a straightforward kernel in ``dtype`` would, in its accumulation dtype and
+        rounded to it at the end (the variant's own naive baseline)."""
+        if in_dtype:
+            work = accumulation_dtype(dtype)
+            q, k, v = (np.asarray(x, work) for x in (q, k, v))
 
         def one(q, k, v, **options):
             return self.attend(q, k, v, Call.of(q, k, v, dtype=dtype, **options))
 
+        if in_dtype:
+            out = self.output(q, k, v, dtype=dtype, causal=causal, scale=scale, **variant)
+            return round_to(out, dtype)
         with np.errstate(all="ignore"):
             if self.per_sequence:
                 pieces = each_item_or_sequence(one, q, k, v, causal=causal, scale=scale, **variant)
@@ -290,10 +300,23 @@ def _fill_minus_1e9(q, k, v, call):
 
 
 @mistake(
+    "mask-fill-zero",
+    "hidden scores set to 0 instead of -inf: the 0/1 mask multiplied into the scores",
+    "scores * mask where masked_fill(~mask, -inf) belongs: exp(0 - max) still weighs the future",
+    lambda call: call.causal,
+)
+def _fill_zero(q, k, v, call):
+    def weights(scores, visible):
+        return softmax(np.where(visible, scores, 0.0))
+
+    return attend_with(q, k, v, call, weights_of=weights)
+
+
+@mistake(
     "max-before-masking",
-    "the row maximum taken over every key, hidden ones included, before masking",
+    "the row maximum taken over every key, hidden ones (future, padding) included, before masking",
     "the stabilising max computed on the raw scores: one large hidden score makes every visible "
-    "weight underflow",
+    "weight underflow, an inf or NaN one poisons the row",
     lambda call: call.causal or call.window is not None or call.has_padding,
 )
 def _max_before_masking(q, k, v, call):
@@ -412,7 +435,7 @@ def _scale_explicit_ignored(q, k, v, call):
     "softmax-over-queries",
     "the softmax normalised over the query axis instead of the key axis",
     "axis=-2 where axis=-1 belongs: a transposed-layout habit",
-    lambda call: call.tq > 1,
+    lambda call: call.tq > 1 or call.tk > 1,
 )
 def _over_queries(q, k, v, call):
     def weights(scores, visible):
@@ -449,6 +472,20 @@ def _clamped(q, k, v, call):
 
 
 @mistake(
+    "softmax-over-squeezed-axes",
+    "the scores squeezed before the softmax: with one key, it runs over queries or heads",
+    "code written for 2-D matrices: np.squeeze drops the key axis when Tk = 1",
+    lambda call: call.tk == 1 and call.batch * call.heads * call.tq > 1,
+)
+def _squeezed(q, k, v, call):
+    def weights(scores, visible):
+        scores = np.where(visible, scores, -np.inf)
+        return softmax(np.squeeze(scores)).reshape(scores.shape)
+
+    return attend_with(q, k, v, call, weights_of=weights)
+
+
+@mistake(
     "softmax-epsilon-in-denominator",
     "the softmax divided by (sum + 1e-10)",
     "a guard against division by zero, which cannot happen once the maximum is subtracted",
@@ -462,11 +499,45 @@ def _epsilon(q, k, v, call):
     return attend_with(q, k, v, call, weights_of=weights)
 
 
+def _finer_than_float16(call: Call) -> bool:
+    return UNIT_ROUNDOFF[call.dtype] < UNIT_ROUNDOFF["float16"]
+
+
+@mistake(
+    "probabilities-in-float16",
+    "the probabilities rounded to float16 before the product with V",
+    "P fed to a half-precision matmul even for float32 or float64 inputs",
+    _finer_than_float16,
+)
+def _probabilities_in_float16(q, k, v, call):
+    def weights(scores, visible):
+        return round_to(_masked_softmax(scores, visible), "float16").astype(scores.dtype)
+
+    return attend_with(q, k, v, call, weights_of=weights)
+
+
+@mistake(
+    "row-sum-in-float16",
+    "the softmax's row sum accumulated in float16",
+    "a half-precision accumulator for the denominator: off by up to ~1e-3 relative, more on "
+    "long rows",
+    _finer_than_float16,
+)
+def _row_sum_in_float16(q, k, v, call):
+    def weights(scores, visible):
+        scores = np.where(visible, scores, -np.inf)
+        exps = np.exp(scores - scores.max(-1, keepdims=True))
+        total = exps.astype(np.float16).sum(axis=-1, keepdims=True, dtype=np.float16)
+        return exps / total.astype(scores.dtype)
+
+    return attend_with(q, k, v, call, weights_of=weights)
+
+
 @mistake(
     "float16-inside",
     "probabilities or the row sum held in float16: the output only as good as float16 arithmetic",
     "P fed to a half-precision matmul, or a float16 accumulator, in a float32 or float64 kernel",
-    lambda call: UNIT_ROUNDOFF[call.dtype] < UNIT_ROUNDOFF["float16"],
+    _finer_than_float16,
     precision="float16",
 )
 def _float16_inside(q, k, v, call):
@@ -526,9 +597,9 @@ def _values_head_0(q, k, v, call):
 
 @mistake(
     "output-of-query-head-0",
-    "query head 0's output given to every head",
+    "with one key/value head, query head 0's output given to every head",
     "a multi-query fast path that forgot the query heads differ",
-    lambda call: call.heads > 1,
+    lambda call: call.heads > 1 and call.kv_heads == 1,
 )
 def _query_head_0(q, k, v, call):
     first = attend_with(q[:, :1], k[:, :1], v[:, :1], replace(call, heads=1, kv_heads=1))
@@ -643,20 +714,6 @@ def _padding_times_zero(q, k, v, call):
 
 
 @mistake(
-    "padding-in-row-max",
-    "each row's maximum taken over the padding's scores too",
-    "the stabilising max computed before the padding mask: inf or NaN there poisons the item",
-    lambda call: call.has_padding,
-    per_sequence=False,
-)
-def _padding_max(q, k, v, call):
-    def weights(scores, visible):
-        return _normalised(np.where(visible, np.exp(scores - scores.max(-1, keepdims=True)), 0))
-
-    return attend_with(q, k, v, call, weights_of=weights)
-
-
-@mistake(
     "key-lengths-ignored-in-offset",
     "query row i placed at i + Tk - Tq, the padded length's offset, instead of i + L_b - Tq",
     "the causal offset computed from the padded shape, not the item's own length",
@@ -686,14 +743,14 @@ def _packed_whole(q, k, v, call):
     per_sequence=False,
 )
 def _packed_query_offsets(q, k, v, call):
-    bounds = list(zip(call.cu_seqlens_q[:-1], call.cu_seqlens_q[1:], strict=True))
+    key_cuts = (*call.cu_seqlens_q[:-1], call.tk)  # cu_seqlens_q's cuts, the last at Tk
     pieces = []
-    for first, last in bounds:
-        part = Call.of(q[..., first:last, :], k[..., first:last, :], v[..., first:last, :],
-                       dtype=call.dtype, causal=call.causal, scale=call.scale)  # fmt: skip
-        pieces.append(
-            attend_with(q[..., first:last, :], k[..., first:last, :], v[..., first:last, :], part)
-        )
+    for s in range(len(key_cuts) - 1):
+        rows = slice(call.cu_seqlens_q[s], call.cu_seqlens_q[s + 1])
+        keys = slice(key_cuts[s], key_cuts[s + 1])
+        parts = q[..., rows, :], k[..., keys, :], v[..., keys, :]
+        one = Call.of(*parts, dtype=call.dtype, causal=call.causal, scale=call.scale)
+        pieces.append(attend_with(*parts, one))
     return np.concatenate(pieces, axis=-2)
 
 
@@ -706,8 +763,8 @@ def online_softmax(q, k, v, call: Call, *, tile: int, rescale_accumulator: bool 
     k, v = k[:, _grouped(call.heads, call.kv_heads)], v[:, _grouped(call.heads, call.kv_heads)]
     visible = visible_keys_of(call)
     rows = (*q.shape[:-1], 1)  # (B, H, Tq, 1)
-    running_max, running_sum = np.full(rows, -np.inf), np.zeros(rows)
-    acc = np.zeros((*q.shape[:-1], v.shape[-1]))  # (B, H, Tq, Dv)
+    running_max, running_sum = np.full(rows, -np.inf, q.dtype), np.zeros(rows, q.dtype)
+    acc = np.zeros((*q.shape[:-1], v.shape[-1]), q.dtype)  # (B, H, Tq, Dv)
     for start in range(0, call.tk, tile):
         keys = slice(start, start + tile)
         scores = q @ k[..., keys, :].swapaxes(-1, -2) * call.resolved_scale  # (B, H, Tq, tile)
@@ -744,6 +801,19 @@ def _tiling_mistakes(tile: int) -> None:
         kept = tile * (call.tk // tile)
         visible = visible_keys_of(call) & (np.arange(call.tk) < kept)
         return attend_with(q, k, v, call, visible=visible)
+
+    @mistake(
+        f"tile-skip-by-row-index-{tile}",
+        f"key tiles of {tile} skipped as 'in the future' by the query block's last row index, "
+        "not its position i + Tk - Tq",
+        "the causal early exit written for Tq = Tk: with a cache, visible tiles are never loaded",
+        lambda call: call.causal and call.tq < call.tk,
+    )
+    def _skipped(q, k, v, call):
+        rows, keys = np.arange(call.tq)[:, None], np.arange(call.tk)[None, :]
+        last_row_of_block = np.minimum((rows // tile + 1) * tile, call.tq) - 1  # (Tq, 1)
+        loaded = (keys // tile) * tile <= last_row_of_block  # (Tq, Tk)
+        return attend_with(q, k, v, call, visible=visible_keys_of(call) & loaded)
 
 
 for _tile in TILE_SIZES:

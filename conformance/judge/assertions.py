@@ -45,21 +45,45 @@ def assert_equal(subject: Subject | Document, case: Case, what: str, got, expect
 
 
 def assert_identical(
-    subject: Subject | Document, case: Case, what: str, got: np.ndarray, expected: np.ndarray
+    subject: Subject | Document,
+    case: Case,
+    what: str,
+    got: np.ndarray,
+    expected: np.ndarray,
+    *,
+    answer: tuple | None = None,
 ) -> None:
-    """Bit-for-bit equality (NaNs equal to NaNs), reporting the first differing index."""
+    """Bit-for-bit equality (NaNs equal to NaNs), reporting the first differing index. ``answer``,
+    (out, q, k, v): the whole call ``got`` was cut from; where that answer is also off the truth
+    by more than its budget, the failure names the catalogued mistake it matches."""
     __tracebackhide__ = True
     assert_shape(subject, case, f"{what}.shape", np.shape(got), np.shape(expected))
     got, expected = np.asarray(got), np.asarray(expected)
     differs = ~((got == expected) | (np.isnan(got) & np.isnan(expected)))
     if differs.any():
         index = tuple(int(i) for i in np.argwhere(differs)[0])
-        fail(
-            subject,
-            case,
+        message = (
             f"{what} differs in {int(differs.sum())} of {differs.size} elements, first at {index}: "
-            f"{got[index]!r}, but should be {expected[index]!r} bit for bit",
+            f"{got[index]!r}, but should be {expected[index]!r} bit for bit"
         )
+        finding = None if answer is None else off_the_truth(case, *answer)
+        if finding is not None:
+            subject.notes.note_finding(finding)
+            message += "\n" + describe_diagnosis(conclude([{**finding, "test": subject.test_id}]))
+        fail(subject, case, message)
+
+
+def off_the_truth(case: Case, out, q, k, v) -> dict | None:
+    """The finding on ``out``, the answer to ``case`` on q, k, v, where it is off the truth by
+    more than its budget; None where it is within (its bits may still differ)."""
+    truth = CaseTruth(q, k, v).attention(causal=case.causal, scale=case.scale, **case.variant)
+    comparison = compare_to_oracle(
+        out, q, k, v, dtype=case.dtype, causal=case.causal, scale=case.scale, truth=truth,
+        **case.variant,
+    )  # fmt: skip
+    if comparison.ok:
+        return None
+    return diagnose(out, q, k, v, case=case, comparison=comparison, truth=truth)
 
 
 def answer_or_none_if_raised(subject: Subject, problem: str, call):

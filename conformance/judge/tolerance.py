@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance.judge.truth import CaseTruth
+from conformance.judge.truth import CaseTruth, largest_finite
 from spec.dtypes import UNIT_ROUNDOFF, check_dtype
 from spec.formula import (
     accumulation_dtype,
@@ -243,7 +243,7 @@ def compare_to_oracle(
         truth,
         case_truth.baseline(dtype=dtype, causal=causal, scale=scale, **variant),
         dtype=dtype,
-        magnitude=float(np.max(np.abs(v))),
+        magnitude=largest_finite(v),
         max_score=case_truth.largest_score(scale),
     )
 

@@ -190,11 +190,12 @@ class CaseTruth:
         )
 
     def mistake(
-        self, name: str, *, dtype: str, causal: bool = True, scale=None, **variant
+        self, name: str, *, dtype: str, causal: bool = True, scale=None, in_dtype=False, **variant
     ) -> np.ndarray:
-        """The output of ``spec.mistakes``' variant ``name``, once per inputs and dtype in a run:
-        every implementation failing on these inputs is compared with the same variants."""
-        params = dict(dtype=dtype, causal=causal, scale=scale, **variant)
+        """The output of ``spec.mistakes``' variant ``name`` (``in_dtype``: computed in the
+        dtype's arithmetic), once per inputs and dtype in a run: every implementation failing
+        on these inputs is compared with the same variants."""
+        params = dict(dtype=dtype, causal=causal, scale=scale, in_dtype=in_dtype, **variant)
         return self._shared(
             f"mistake {name}",
             params,
@@ -207,11 +208,18 @@ class CaseTruth:
             self._shared(
                 "largest score",
                 dict(scale=scale),
-                lambda: np.max(
-                    np.abs(reference_scores(self.q, repeat_kv_heads(self.q, self.k), scale))
+                lambda: largest_finite(
+                    reference_scores(self.q, repeat_kv_heads(self.q, self.k), scale)
                 ),
             )
         )
+
+
+def largest_finite(values: np.ndarray) -> float:
+    """max |value| over the finite values (0 for none): an inf or NaN planted where no row reads
+    it does not size anyone's budget."""
+    finite = np.abs(values[np.isfinite(values)])
+    return float(finite.max()) if finite.size else 0.0
 
 
 def oracle_attention(q, k, v, *, causal: bool = True, scale: float | None = None, **variant):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from impls.contract import validate_inputs
+from spec.mistakes import find_mistake
 
 FAMILIES = (
     "scaling",
@@ -43,6 +44,11 @@ class Member:
     hidden_at_easy_shape: bool = False  # output within budget at EASY_SHAPE (test_zoo checks it)
     # reads memory it never wrote: which claims besides caught_by fail varies from run to run
     reads_fresh_memory: bool = False
+    # the catalogued mistake (spec.mistakes) its failures must be diagnosed as, where its bug is
+    # a variant of the formula; None: a bug no variant expresses (it gets a localisation)
+    mistake: str | None = None
+    # mistakes whose variants equal ``mistake``'s on every case this bug fails (named with it)
+    alike: tuple[str, ...] = ()
 
     @property
     def selector(self) -> str:
@@ -83,10 +89,15 @@ def mutant(
     *,
     hidden_at_easy_shape: bool = False,
     reads_fresh_memory: bool = False,
+    mistake: str | None = None,
+    alike: tuple[str, ...] = (),
 ):
-    """Register a broken implementation: which family of bug, and the claim expected to catch it."""
+    """Register a broken implementation: which family of bug, the claim expected to catch it and
+    the catalogued mistake its failures must be diagnosed as, if any."""
     if family not in FAMILIES:
         raise ValueError(f"family={family!r}, but should be one of {FAMILIES}")
+    for name in (mistake, *alike) if mistake else alike:
+        find_mistake(name)  # a ValueError naming the known ones
 
     def register(fn: Callable) -> Callable:
         fn = _validating(fn)
@@ -100,6 +111,8 @@ def mutant(
                 caught_by,
                 hidden_at_easy_shape,
                 reads_fresh_memory,
+                mistake,
+                alike,
             )
         )
         return fn

@@ -21,7 +21,7 @@ from tests.zoo.streaming import streaming_attention
 # --- grouped heads ------------------------------------------------------------------------------
 
 
-@mutant("grouped heads", "GQA-GROUPS")
+@mutant("grouped heads", "GQA-GROUPS", mistake="gqa-heads-modulo")
 def gqa_heads_modulo(q, k, v, *, causal=True, scale=None, enable_gqa=False):
     """Query head h reads key/value head h % Hkv (np.tile where np.repeat belongs, or a kernel's
     head index taken modulo): the same as h // g only when Hkv = 1 or Hq = Hkv."""
@@ -32,7 +32,7 @@ def gqa_heads_modulo(q, k, v, *, causal=True, scale=None, enable_gqa=False):
     return attend_extended(q, k, v, causal=causal, scale=scale, kv_head_of=modulo)
 
 
-@mutant("grouped heads", "GQA-GROUPS")
+@mutant("grouped heads", "GQA-GROUPS", mistake="gqa-groups-for-group-size")
 def gqa_groups_counted_as_group_size(q, k, v, *, causal=True, scale=None, enable_gqa=False):
     """Query head h reads key/value head h // Hkv, the number of groups taken for the group size
     g = Hq / Hkv (clamped to the last head, as a kernel reading past it would not be): right
@@ -46,7 +46,7 @@ def gqa_groups_counted_as_group_size(q, k, v, *, causal=True, scale=None, enable
     return attend_extended(q, k, v, causal=causal, scale=scale, kv_head_of=swapped)
 
 
-@mutant("grouped heads", "GQA-MQA")
+@mutant("grouped heads", "GQA-MQA", mistake="output-of-query-head-0")
 def mqa_computes_one_query_head(q, k, v, *, causal=True, scale=None, enable_gqa=False):
     """With a single key/value head, computes query head 0 only and gives its output to every
     head: a multi-query 'fast path' that forgot the query heads differ."""
@@ -56,7 +56,7 @@ def mqa_computes_one_query_head(q, k, v, *, causal=True, scale=None, enable_gqa=
     return np.repeat(first, q.shape[1], axis=1)
 
 
-@mutant("grouped heads", "GQA-MQA")
+@mutant("grouped heads", "GQA-MQA", mistake="keys-of-item-0")
 def mqa_keys_of_another_item(q, k, v, *, causal=True, scale=None, enable_gqa=False):
     """With a single key/value head, every batch item reads item 0's keys and values: the head
     axis of size 1 broadcast, and the batch axis with it. Right when B = 1."""
@@ -86,14 +86,14 @@ def gqa_group_rows_stacked(q, k, v, *, causal=True, scale=None, enable_gqa=False
 # --- window -------------------------------------------------------------------------------------
 
 
-@mutant("window", "WINDOW-BOUNDS")
+@mutant("window", "WINDOW-BOUNDS", mistake="window-one-key-too-wide")
 def window_one_key_too_wide(q, k, v, *, causal=True, scale=None, window=None):
     """Keeps keys p - w - 1 <= j <= p: a `<=` where a `<` belongs at the window's lower edge."""
     wider = None if window is None else window + 1
     return attend_extended(q, k, v, causal=causal, scale=scale, window=wider)
 
 
-@mutant("window", "WINDOW-BOUNDS")
+@mutant("window", "WINDOW-BOUNDS", mistake="window-of-w-keys")
 def window_of_w_keys(q, k, v, *, causal=True, scale=None, window=None):
     """Keeps w keys including the query's own (p - w < j <= p): FlashAttention's w read as
     Mistral's sliding_window W, one key too few."""
@@ -106,7 +106,7 @@ def window_of_w_keys(q, k, v, *, causal=True, scale=None, window=None):
     return attend_extended(q, k, v, causal=causal, scale=scale, visible=visible)
 
 
-@mutant("window", "WINDOW-BOUNDS")
+@mutant("window", "WINDOW-BOUNDS", mistake="window-from-row-index")
 def window_from_row_index(q, k, v, *, causal=True, scale=None, window=None):
     """Measures the window back from the query's row index i instead of its absolute position
     i + Tk - Tq: right in prefill, too wide when decoding against a cache."""
@@ -162,7 +162,7 @@ def window_keys_sliced_per_row(q, k, v, *, causal=True, scale=None, window=None)
 # --- padding ------------------------------------------------------------------------------------
 
 
-@mutant("padding", "PAD-KEYS")
+@mutant("padding", "PAD-KEYS", mistake="max-before-masking")
 def padding_in_row_max(q, k, v, *, causal=True, scale=None, key_lengths=None):
     """Takes each row's maximum over every key, the padding's included, before masking: finite
     padding only changes rounding, but an inf or NaN key there poisons the item's rows."""
@@ -176,7 +176,7 @@ def padding_in_row_max(q, k, v, *, causal=True, scale=None, key_lengths=None):
     return ((weights / weights.sum(axis=-1, keepdims=True)) @ v).astype(q.dtype)
 
 
-@mutant("padding", "PAD-KEYS")
+@mutant("padding", "PAD-KEYS", mistake="padding-values-weighted-zero", alike=("padding-unmasked",))
 def padding_values_weighted_zero(q, k, v, *, causal=True, scale=None, key_lengths=None):
     """Gives the padding a weight of 0 but multiplies the whole of V: 0 x NaN is NaN, so a NaN
     value in the padding reaches every row of its item."""
@@ -185,7 +185,7 @@ def padding_values_weighted_zero(q, k, v, *, causal=True, scale=None, key_length
     )
 
 
-@mutant("padding", "PAD-KEYS")
+@mutant("padding", "PAD-KEYS", mistake="key-lengths-ignored-in-offset")
 def key_lengths_top_left(q, k, v, *, causal=True, scale=None, key_lengths=None):
     """Cuts each item's keys at its length but places query row i at position i + Tk - Tq, the
     padded length's offset, instead of i + L_b - Tq: right for the items that fill the batch."""
@@ -304,7 +304,7 @@ def packed_mask(tq: int, tk: int, cu_q, cu_k, *, causal: bool, align_to_keys: bo
     return visible
 
 
-@mutant("padding", "PAD-PACKED")
+@mutant("padding", "PAD-PACKED", mistake="packed-boundaries-ignored")
 def packed_boundaries_ignored(
     q, k, v, *, causal=True, scale=None, cu_seqlens_q=None, cu_seqlens_k=None
 ):
@@ -313,7 +313,7 @@ def packed_boundaries_ignored(
     return attend_extended(q, k, v, causal=causal, scale=scale)
 
 
-@mutant("padding", "PAD-PACKED")
+@mutant("padding", "PAD-PACKED", mistake="packed-keys-at-query-offsets")
 def packed_keys_at_query_offsets(
     q, k, v, *, causal=True, scale=None, cu_seqlens_q=None, cu_seqlens_k=None
 ):
@@ -326,7 +326,7 @@ def packed_keys_at_query_offsets(
     return attend_extended(q, k, v, causal=causal, scale=scale, visible=visible)
 
 
-@mutant("padding", "PAD-PACKED")
+@mutant("padding", "PAD-PACKED", mistake="mask-top-left")
 def packed_sequences_top_left(
     q, k, v, *, causal=True, scale=None, cu_seqlens_q=None, cu_seqlens_k=None
 ):

@@ -19,14 +19,14 @@ from tests.zoo.streaming import streaming_attention
 # --- scaling ------------------------------------------------------------------------------------
 
 
-@mutant("scaling", "SCALE-FORMULA")
+@mutant("scaling", "SCALE-FORMULA", mistake="scale-one-over-d", alike=("scale-twice",))
 def scale_by_one_over_d(q, k, v, *, causal=True, scale=None):
     """Scales scores by 1/D instead of 1/sqrt(D): the classic mix-up of the two, often from
     reading "divide by the dimension" in prose."""
     return attend(q, k, v, causal=causal, scale=1 / q.shape[-1] if scale is None else scale)
 
 
-@mutant("scaling", "SCALE-FORMULA", hidden_at_easy_shape=True)
+@mutant("scaling", "SCALE-FORMULA", hidden_at_easy_shape=True, mistake="scale-model-width")
 def scale_by_model_width(q, k, v, *, causal=True, scale=None):
     """Scales by 1/sqrt(H * D), the model width d_model, instead of the head's d_k: code written
     for one head and then split into heads without revisiting the scale. Right when H = 1."""
@@ -36,21 +36,21 @@ def scale_by_model_width(q, k, v, *, causal=True, scale=None):
     )
 
 
-@mutant("scaling", "SCALE-FORMULA", hidden_at_easy_shape=True)
+@mutant("scaling", "SCALE-FORMULA", hidden_at_easy_shape=True, mistake="scale-constant")
 def constant_one_eighth(q, k, v, *, causal=True, scale=None):
     """Hard-codes the scale 0.125 = 1/sqrt(64): a kernel written for GPT-2's d_k = 64 and reused
     for another head size. Right exactly when D = 64."""
     return attend(q, k, v, causal=causal, scale=0.125 if scale is None else scale)
 
 
-@mutant("scaling", "OUT-FORMULA", hidden_at_easy_shape=True)
+@mutant("scaling", "OUT-FORMULA", hidden_at_easy_shape=True, mistake="scale-explicit-ignored")
 def ignores_explicit_scale(q, k, v, *, causal=True, scale=None):
     """Accepts ``scale`` and ignores it, always using 1/sqrt(D): a wrapper that forgot to pass the
     argument down. Right whenever the caller leaves the default."""
     return attend(q, k, v, causal=causal, scale=None)
 
 
-@mutant("scaling", "SCALE-FORMULA")
+@mutant("scaling", "SCALE-FORMULA", mistake="scale-twice")
 def scaled_twice(q, k, v, *, causal=True, scale=None):
     """Scales q by 1/sqrt(D) up front (as some kernels do to save a multiply) and the scores
     again: a refactor that moved the scale without removing the old one."""
@@ -66,7 +66,7 @@ def scales_query_in_place(q, k, v, *, causal=True, scale=None):
     return attend(q, k, v, causal=causal, scale=1.0)
 
 
-@mutant("scaling", "OUT-FORMULA", hidden_at_easy_shape=True)
+@mutant("scaling", "OUT-FORMULA", hidden_at_easy_shape=True, mistake="scale-padded-head-dim")
 def scale_from_padded_head_dim(q, k, v, *, causal=True, scale=None):
     """Pads the head dim to a power of two of at least 16 for the tensor cores and takes the scale
     from the padded width: right for D = 16, 32, 64, 128, 256; wrong for D = 1, 40, 80, 96 ..."""
@@ -83,7 +83,7 @@ def _attend_with_visibility(q, k, v, visible, scale):
         return (softmax(scores) @ v).astype(q.dtype)
 
 
-@mutant("masking", "MASK-ZERO")
+@mutant("masking", "MASK-ZERO", mistake="mask-one-ahead")
 def mask_off_by_one(q, k, v, *, causal=True, scale=None):
     """Lets query i see key i + 1: ``j <= i + 1`` where ``j <= i`` was meant, an off-by-one in the
     diagonal offset."""
@@ -92,7 +92,7 @@ def mask_off_by_one(q, k, v, *, causal=True, scale=None):
     return _attend_with_visibility(q, k, v, visible, scale)
 
 
-@mutant("masking", "MASK-ROW0")
+@mutant("masking", "MASK-ROW0", mistake="mask-excludes-diagonal")
 def diagonal_masked(q, k, v, *, causal=True, scale=None):
     """Masks the diagonal too (``j < i``): position 0 is left with no key at all and every row
     loses itself, from reading "must not see the future" as "must not see itself"."""
@@ -101,7 +101,7 @@ def diagonal_masked(q, k, v, *, causal=True, scale=None):
     return _attend_with_visibility(q, k, v, visible, scale)
 
 
-@mutant("masking", "MASK-PREFIX", hidden_at_easy_shape=True)
+@mutant("masking", "MASK-PREFIX", hidden_at_easy_shape=True, mistake="mask-top-left")
 def top_left_alignment(q, k, v, *, causal=True, scale=None):
     """Aligns the mask top-left when Tq < Tk (query i sees keys 0..i), as PyTorch's is_causal does:
     a decode step then sees only the first key of the cache. Right when Tq = Tk."""
@@ -110,7 +110,7 @@ def top_left_alignment(q, k, v, *, causal=True, scale=None):
     return _attend_with_visibility(q, k, v, visible, scale)
 
 
-@mutant("masking", "MASK-FUTURE-INVARIANT", hidden_at_easy_shape=True)
+@mutant("masking", "MASK-FUTURE-INVARIANT", hidden_at_easy_shape=True, mistake="max-before-masking")
 def max_before_masking(q, k, v, *, causal=True, scale=None):
     """Takes the row maximum over every key, future ones included, and masks afterwards: a huge
     future score makes every visible weight underflow. Right while scores are moderate."""
@@ -122,7 +122,9 @@ def max_before_masking(q, k, v, *, causal=True, scale=None):
         return ((weights / weights.sum(axis=-1, keepdims=True)) @ v).astype(q.dtype)
 
 
-@mutant("masking", "MASK-FUTURE-INVARIANT", hidden_at_easy_shape=True)
+@mutant(
+    "masking", "MASK-FUTURE-INVARIANT", hidden_at_easy_shape=True, mistake="mask-fill-minus-1e4"
+)
 def additive_mask_minus_1e4(q, k, v, *, causal=True, scale=None):
     """Adds -1e4 to future scores (the float16-era additive mask) instead of setting them to -inf:
     future keys whose scores exceed the visible ones by ~1e4 take the weight."""
@@ -132,7 +134,7 @@ def additive_mask_minus_1e4(q, k, v, *, causal=True, scale=None):
     return (softmax(scores) @ v).astype(q.dtype)
 
 
-@mutant("masking", "MASK-ZERO")
+@mutant("masking", "MASK-ZERO", mistake="mask-fill-zero")
 def mask_multiplies_scores_by_zero(q, k, v, *, causal=True, scale=None):
     """Applies the 0/1 mask to the scores by multiplication: future scores become 0, not -inf, and
     exp(0 - max) still gives them weight."""
@@ -142,7 +144,7 @@ def mask_multiplies_scores_by_zero(q, k, v, *, causal=True, scale=None):
     return (softmax(scores) @ v).astype(q.dtype)
 
 
-@mutant("masking", "OUT-FORMULA", hidden_at_easy_shape=True)
+@mutant("masking", "OUT-FORMULA", hidden_at_easy_shape=True, mistake="mask-on-non-causal-call")
 def always_causal(q, k, v, *, causal=True, scale=None):
     """Applies the causal mask whatever ``causal`` says: a decoder-only kernel exposed under a
     general signature. Right for every causal call."""
@@ -152,7 +154,9 @@ def always_causal(q, k, v, *, causal=True, scale=None):
 # --- softmax ------------------------------------------------------------------------------------
 
 
-@mutant("softmax", "SOFTMAX-STABLE", hidden_at_easy_shape=True)
+@mutant(
+    "softmax", "SOFTMAX-STABLE", hidden_at_easy_shape=True, mistake="softmax-no-max-subtraction"
+)
 def no_max_subtraction(q, k, v, *, causal=True, scale=None):
     """exp() of the raw scores: overflows to inf, then NaN, once scores pass ~88 in float32 (~709
     in float64). Right while scores are small."""
@@ -161,7 +165,7 @@ def no_max_subtraction(q, k, v, *, causal=True, scale=None):
         return ((weights / weights.sum(axis=-1, keepdims=True)) @ v).astype(q.dtype)
 
 
-@mutant("softmax", "SOFTMAX-STABLE", hidden_at_easy_shape=True)
+@mutant("softmax", "SOFTMAX-STABLE", hidden_at_easy_shape=True, mistake="softmax-clamped-scores")
 def clamps_scores_instead_of_subtracting_max(q, k, v, *, causal=True, scale=None):
     """Clips scores to [-80, 80] before exp() to dodge overflow without subtracting the maximum:
     scores beyond the clip are flattened and their differences lost."""
@@ -169,7 +173,7 @@ def clamps_scores_instead_of_subtracting_max(q, k, v, *, causal=True, scale=None
     return ((weights / weights.sum(axis=-1, keepdims=True)) @ v).astype(q.dtype)
 
 
-@mutant("softmax", "SOFTMAX-ROWSUM")
+@mutant("softmax", "SOFTMAX-ROWSUM", mistake="softmax-over-queries")
 def softmax_over_queries(q, k, v, *, causal=True, scale=None):
     """Normalises over axis -2 (the queries) instead of -1 (the keys): a transposed-layout
     habit."""
@@ -178,7 +182,7 @@ def softmax_over_queries(q, k, v, *, causal=True, scale=None):
     return ((weights / weights.sum(axis=-2, keepdims=True)) @ v).astype(q.dtype)
 
 
-@mutant("softmax", "OUT-FORMULA")
+@mutant("softmax", "OUT-FORMULA", mistake="row-sum-in-float16")
 def row_sum_in_float16(q, k, v, *, causal=True, scale=None):
     """Accumulates the softmax denominator in float16, as a half-precision kernel that forgot its
     float32 accumulator: the sum is off by up to ~1e-3 relative."""
@@ -188,7 +192,9 @@ def row_sum_in_float16(q, k, v, *, causal=True, scale=None):
     return ((weights / total.astype(q.dtype)) @ v).astype(q.dtype)
 
 
-@mutant("softmax", "OUT-FORMULA", hidden_at_easy_shape=True)
+@mutant(
+    "softmax", "OUT-FORMULA", hidden_at_easy_shape=True, mistake="softmax-epsilon-in-denominator"
+)
 def epsilon_in_denominator(q, k, v, *, causal=True, scale=None):
     """Divides by (sum + 1e-10) to "avoid division by zero", which cannot happen once the maximum
     is subtracted (the sum is at least 1): a 1e-10 relative error, far below float32's rounding,
@@ -201,14 +207,19 @@ def epsilon_in_denominator(q, k, v, *, causal=True, scale=None):
 # --- tiling -------------------------------------------------------------------------------------
 
 
-@mutant("tiling", "OUT-FORMULA", hidden_at_easy_shape=True)
+@mutant(
+    "tiling",
+    "OUT-FORMULA",
+    hidden_at_easy_shape=True,
+    mistake="online-softmax-stale-accumulator-64",
+)
 def stale_accumulator(q, k, v, *, causal=True, scale=None):
     """Online softmax that rescales the running sum but not the output accumulator when a later
     key tile raises the running maximum. Right while T fits one tile of 64."""
     return streaming_attention(q, k, v, causal=causal, scale=scale, rescale_accumulator=False)
 
 
-@mutant("tiling", "OUT-FORMULA", hidden_at_easy_shape=True)
+@mutant("tiling", "OUT-FORMULA", hidden_at_easy_shape=True, mistake="last-key-tile-dropped-64")
 def drops_partial_tile(q, k, v, *, causal=True, scale=None):
     """Loops over ``Tk // 64`` key tiles, dropping the last partial one: keys past the last
     multiple of 64 are never seen. Right when T <= 64 or T is a multiple of 64."""
@@ -224,7 +235,7 @@ def requires_tile_multiple(q, k, v, *, causal=True, scale=None):
     return streaming_attention(q, k, v, causal=causal, scale=scale)
 
 
-@mutant("tiling", "OUT-FORMULA", hidden_at_easy_shape=True)
+@mutant("tiling", "OUT-FORMULA", hidden_at_easy_shape=True, mistake="tile-skip-by-row-index-64")
 def tile_skip_ignores_offset(q, k, v, *, causal=True, scale=None):
     """Skips key tiles by the query's index instead of its absolute position i + Tk - Tq: with
     fewer queries than keys, visible key tiles at the end of the cache are never loaded."""
@@ -244,20 +255,20 @@ def split_k_in_random_order(q, k, v, *, causal=True, scale=None):
 # --- layout -------------------------------------------------------------------------------------
 
 
-@mutant("layout", "CONTRACT-BATCH", hidden_at_easy_shape=True)
+@mutant("layout", "CONTRACT-BATCH", hidden_at_easy_shape=True, mistake="heads-reversed")
 def heads_swapped(q, k, v, *, causal=True, scale=None):
     """Returns the heads in reverse order: a layout bug invisible when H = 1."""
     return attend(q, k, v, causal=causal, scale=scale)[:, ::-1].copy()
 
 
-@mutant("layout", "CONTRACT-BATCH", hidden_at_easy_shape=True)
+@mutant("layout", "CONTRACT-BATCH", hidden_at_easy_shape=True, mistake="batch-items-rotated")
 def batch_items_rotated(q, k, v, *, causal=True, scale=None):
     """Writes batch item b's output to slot b + 1: a pointer offset computed from the wrong
     stride. Invisible when B = 1."""
     return np.roll(attend(q, k, v, causal=causal, scale=scale), 1, axis=0)
 
 
-@mutant("layout", "OUT-MULTIHEAD", hidden_at_easy_shape=True)
+@mutant("layout", "OUT-MULTIHEAD", hidden_at_easy_shape=True, mistake="heads-mixed-by-reshape")
 def reshape_instead_of_transpose(q, k, v, *, causal=True, scale=None):
     """Views (B, H, T, D) as (B, T, H, D) with a reshape where a transpose was needed, computes
     per head, and views it back: heads and positions are mixed. Right when H = 1."""
@@ -291,7 +302,7 @@ def float64_out_for_float32_in(q, k, v, *, causal=True, scale=None):
     return attend(q.astype(np.float64), k.astype(np.float64), v, causal=causal, scale=scale)
 
 
-@mutant("dtype", "OUT-FORMULA")
+@mutant("dtype", "OUT-FORMULA", mistake="probabilities-in-float16")
 def probabilities_rounded_to_half(q, k, v, *, causal=True, scale=None):
     """Rounds the probabilities to float16 before the product with V, as a kernel that feeds P to
     a half-precision matmul even for float32 inputs."""
@@ -299,7 +310,7 @@ def probabilities_rounded_to_half(q, k, v, *, causal=True, scale=None):
     return (weights.astype(np.float16).astype(q.dtype) @ v).astype(q.dtype)
 
 
-@mutant("dtype", "OUT-FORMULA", hidden_at_easy_shape=True)
+@mutant("dtype", "OUT-FORMULA", hidden_at_easy_shape=True, mistake="float32-inside")
 def computes_in_float32(q, k, v, *, causal=True, scale=None):
     """Returns float64 for float64 inputs but computes in float32 inside: a float32 kernel behind
     a float64 signature. Right in float32."""
@@ -310,7 +321,7 @@ def computes_in_float32(q, k, v, *, causal=True, scale=None):
 # --- edge cases ---------------------------------------------------------------------------------
 
 
-@mutant("edge case", "OUT-FORMULA", hidden_at_easy_shape=True)
+@mutant("edge case", "OUT-FORMULA", hidden_at_easy_shape=True, mistake="softmax-over-squeezed-axes")
 def squeezes_singleton_axes(q, k, v, *, causal=True, scale=None):
     """Squeezes the scores before the softmax (code written for 2-D matrices): when Tk = 1 the key
     axis disappears and the softmax runs over queries or heads instead."""
@@ -319,7 +330,7 @@ def squeezes_singleton_axes(q, k, v, *, causal=True, scale=None):
     return (weights @ v).astype(q.dtype)
 
 
-@mutant("edge case", "MASK-PREFIX", hidden_at_easy_shape=True)
+@mutant("edge case", "MASK-PREFIX", hidden_at_easy_shape=True, mistake="scale-missing-at-decode")
 def decode_fast_path_forgets_scale(q, k, v, *, causal=True, scale=None):
     """A separate fast path for Tq = 1 (one decoding step) that forgets to scale the scores: the
     main path is right, the decode path is not."""
