@@ -14,6 +14,8 @@ never a guess.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from conformance.judge.tolerance import Comparison, compare_to_oracle, describe_fraction
@@ -79,9 +81,8 @@ def diagnose(out, q, k, v, *, case, comparison: Comparison, truth: np.ndarray, p
                 refuted.append(name)  # it gives the truth here, which the output is not
                 continue
             error = largest(mismatch(out, variant))
-            allowed = variant_budget(
-                comparison, variant, truth, error, lambda: assembled(mistake, calls, True)
-            )
+            in_dtype = functools.partial(assembled, mistake, calls, True)
+            allowed = variant_budget(comparison, variant, truth, error, in_dtype)
         if error <= allowed:
             matched[mistake.name] = error / allowed if allowed > 0 else 0.0
         else:
