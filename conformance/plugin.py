@@ -160,6 +160,9 @@ def _write_reports(run: Run, session: pytest.Session) -> None:
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     run = config.stash.get(RUN_KEY, None)
+    controller = getattr(config, "workerinput", None) is None
+    if run is not None and run.ledger.records and controller and run.settings.report_html:
+        terminalreporter.write_line(f"attnspec: HTML report written to {run.settings.report_html}")
     if run is not None and run.owns_truth and run.ledger.records:
         terminalreporter.write_line(
             f"attnspec: float64 truth: {TRUTH.entries()} entries, each computed once for the "

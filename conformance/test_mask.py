@@ -13,7 +13,7 @@ from conformance.judge.harness import Case
 from conformance.judge.probe import all_weights
 from conformance.judge.truth import oracle_attention
 from spec.dtypes import DTYPES, LARGEST_FINITE, UNIT_ROUNDOFF, round_to
-from spec.formula import accumulation_dtype, causal_mask, softmax
+from spec.formula import accumulation_dtype, causal_mask, reference_weights, softmax
 
 MASK_CASES = [
     Case(batch=2, heads=2, tq=65, head_dim=16),
@@ -32,12 +32,19 @@ def future_of(case: Case) -> np.ndarray:
 def test_future_weights_are_exactly_zero(subject, dtype, case):
     case = subject.fit(case.with_(dtype=dtype))
     q, k, _ = subject.inputs(case, spread=2.0)
+    truth = reference_weights(q, k)[0, 0, :24, :24]  # (Tq, Tk) of the first head, at most 24
     for source, weights in all_weights(subject, case, q, k):
-        if case.tq == case.tk:
-            subject.notes.note_figure(
-                "causal attention weights",
-                {"source": source, "dtype": dtype, "weights": weights[0, 0, :24, :24].tolist()},
-            )
+        shown = weights[0, 0, :24, :24]
+        subject.notes.note_figure(
+            f"causal attention weights/{'square' if case.tq == case.tk else 'Tq<Tk'}",
+            {
+                "source": source,
+                "dtype": dtype,
+                "weights": shown.tolist(),
+                "truth": truth.tolist(),
+                "largest difference": float(np.nan_to_num(np.abs(shown - truth), nan=np.inf).max()),
+            },
+        )
         leaked = weights[..., future_of(case)]
         if np.any(leaked != 0):
             b, h, i, j = np.argwhere((weights != 0) & future_of(case))[0]

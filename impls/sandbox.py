@@ -127,10 +127,15 @@ def _handled_rights(abi: int) -> int:
     return rights
 
 
+SUITE_ROOT = Path(__file__).resolve().parent.parent  # where spec/, impls/ and conformance/ lie
+
+
 def readable_paths(scratch: Path) -> list[str]:
-    """Where a worker may read: the interpreter, its modules, the system's libraries, and
-    ``sys.path`` (the judge's current directory among them, where a kernel file lies)."""
+    """Where a worker may read: the interpreter, its modules, the system's libraries,
+    ``sys.path`` (the judge's current directory among them, where a kernel file lies) and the
+    suite's own packages, which an editable install finds by an import hook, not ``sys.path``."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, *READABLE_SYSTEM, str(scratch)}
+    paths.add(str(SUITE_ROOT))
     paths.update(entry or os.getcwd() for entry in sys.path)
     return sorted(p for p in paths if os.path.exists(p))
 

@@ -97,7 +97,10 @@ def test_run_output_ends_with_a_matrix_within_100_columns(mutant_run):
     assert lines[-1].startswith(("cells:", "  "))
     assert "SKIPPED" not in run.stdout  # per-test lines only with -v
     assert "XFAIL" not in run.stdout
-    assert "attnspec: the first failure of each failed claim" in run.stdout
+    # each failed claim with its diagnosis and reproducer, in the verdict per implementation
+    verdicts = run.stdout.split("attnspec: verdict per implementation", 1)[1]
+    assert "FAILED MUST MASK-ZERO" in verdicts
+    assert "diagnosis: mask-one-ahead" in verdicts
 
 
 def test_run_folds_implementations_that_did_not_run_into_one_line():
@@ -112,8 +115,17 @@ def test_run_folds_implementations_that_did_not_run_into_one_line():
 def test_run_writes_json_html_and_junit(mutant_run):
     _, out = mutant_run
     report = json.loads((out / "report.json").read_text())
-    assert report["schema"] == "attnspec-report/1"
+    assert report["schema"] == "attnspec-report/2"
     subjects = {s["name"]: s for s in report["subjects"]}
+    # the diagnosis of each failed claim, with its evidence (json_report's schema documents it)
+    diagnosis = subjects[MUTANT]["claims"]["OUT-FORMULA"]["diagnosis"]
+    assert [d["name"] for d in diagnosis] == ["mask-one-ahead"], diagnosis
+    assert set(diagnosis[0]) == {"kind", "name", "text", "hint", "test", "fraction_of_budget"}
+    assert diagnosis[0]["kind"] == "mistake"
+    assert diagnosis[0]["fraction_of_budget"] <= 1
+    assert diagnosis[0]["test"] in subjects[MUTANT]["claims"]["OUT-FORMULA"]["failing_tests"]
+    assert subjects["numpy"]["claims"]["OUT-FORMULA"]["diagnosis"] == []
+    assert subjects[MUTANT]["broken"] is None
     assert subjects[MUTANT]["claims"]["MASK-ZERO"]["verdict"] == "FAILED"
     assert subjects[MUTANT]["claims"]["MASK-ZERO"]["failing_tests"]
     first = subjects[MUTANT]["claims"]["MASK-ZERO"]["first_failure"]
@@ -124,17 +136,21 @@ def test_run_writes_json_html_and_junit(mutant_run):
     assert subjects["numpy"]["claims"]["MASK-ZERO"]["first_failure"] is None
     assert subjects["numpy"]["claims"]["OUT-FORMULA"]["worst_budget_fraction"] <= 1
     html = (out / "report.html").read_text()
-    assert "MASK-ZERO (MUST)" in html
+    assert "<td class='failed'>FAILED" in html  # the matrix, coloured by verdict
+    assert "<b>mask-one-ahead</b>" in html  # each failed claim's diagnosis
+    assert "MASK-ZERO (MUST): " in html
     assert "numpy: <b>conforms</b>" in html
     assert f"{MUTANT}: <b>FAILS</b>" in html
     if importlib.util.find_spec("matplotlib"):
         # growth, saturation (recorded by DOT-GROWTH's and SOFTMAX-SATURATION's tests), the
         # causal weights MASK-ZERO's tests recorded for each implementation, budgets
         assert html.count("data:image/png;base64,") == 5
-        # the failing implementation's heat map comes first: that is the picture a review needs
+        # the failing implementation's heat map comes first, beside the truth's: the picture a
+        # review needs
         assert html.index(f"Causal attention weights of {MUTANT} (FAILS") < html.index(
             "Causal attention weights of numpy (conforms"
         )
+        assert "beside the truth" in html
     else:
         assert "Plots need matplotlib" in html
     cases = ET.parse(out / "junit.xml").getroot().iter("testcase")

@@ -137,14 +137,17 @@ def test_a_printed_reproducer_runs_where_it_was_printed_and_fails_the_same_way(i
         author,
     )
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
-    first = re.search(r"^  reproduce: (.*?)(   #.*)?$", run.stdout, re.MULTILINE)
+    # the reproducer as the screen shows it, wrapped within 100 columns: pasted whole
+    first = re.search(r"^ +reproduce: ((?:.*\\\n)*.*)$", run.stdout, re.MULTILINE)
     assert first, run.stdout[-3000:]
+    pasted = first.group(1)
+    assert "\\\n" in pasted, pasted  # wrapped: the paste below crosses its line breaks
     (subject,) = [
         s for s in json.loads((author / "report.json").read_text())["subjects"] if s["selector"]
     ]
     failure = subject["claims"]["OUT-FORMULA"]["first_failure"]
-    again = installed.run(first.group(1), author)
-    assert again.returncode == 1, first.group(1) + "\n" + again.stdout[-3000:] + again.stderr
+    again = installed.run(pasted, author)
+    assert again.returncode == 1, pasted + "\n" + again.stdout[-3000:] + again.stderr
     assert failure["message"].splitlines()[0] in again.stdout
 
 

@@ -16,10 +16,14 @@ from conformance.judge.tolerance import compare_to_oracle
 from spec.dtypes import round_to
 from tests.zoo import FAMILIES, load_members
 from tests.zoo.kill_matrix import (
+    DIAGNOSIS_END,
+    DIAGNOSIS_START,
     README_END,
     README_START,
     ZOO_SUMMARY,
     default_workers,
+    diagnosis_problems,
+    markdown_diagnosis_matrix,
     markdown_matrix,
     readme_block,
     run_zoo,
@@ -98,5 +102,34 @@ def test_readme_kill_matrix_is_current(zoo_run):
     assert block is not None, f"README.md lacks the {README_START} ... {README_END} markers"
     assert block == markdown_matrix(zoo_run), (
         "README.md's kill matrix differs from this run's: "
+        "regenerate it with python -m tests.zoo.kill_matrix --write-readme"
+    )
+
+
+@pytest.mark.parametrize("name", list(MEMBERS))
+def test_member_is_diagnosed_as_its_catalogued_mistake_and_nothing_else(zoo_run, name):
+    """A mutant whose bug is a variant of the formula is diagnosed as that mistake, with
+    nothing its variant is not alike; one without a catalogued mistake gets none named (only
+    where its errors lie); a correct variant gets no diagnosis at all."""
+    problems = diagnosis_problems(zoo_run.verdicts[name])
+    assert not problems, f"{name}: {'; '.join(problems)}: {MEMBERS[name].doc}"
+
+
+def test_every_formula_mutant_names_a_mistake():
+    """The zoo's mutants without a catalogued mistake are the ones whose bug no variant of the
+    formula expresses: a race or an order of summation, memory never written, strides read
+    wrongly, a state kept between calls, a contract broken rather than a formula."""
+    without = {name for name in MUTANTS if MEMBERS[name].mistake is None}
+    families = {MEMBERS[name].family for name in without}
+    assert families <= {"scaling", "tiling", "layout", "dtype", "window", "padding", "strides",
+                        "memory", "stress"}, families  # fmt: skip
+    assert len(without) <= len(MUTANTS) - 40, sorted(without)
+
+
+def test_readme_diagnosis_matrix_is_current(zoo_run):
+    block = readme_block(DIAGNOSIS_START, DIAGNOSIS_END)
+    assert block is not None, f"README.md lacks the {DIAGNOSIS_START} ... {DIAGNOSIS_END} markers"
+    assert block == markdown_diagnosis_matrix(zoo_run), (
+        "README.md's diagnosis matrix differs from this run's: "
         "regenerate it with python -m tests.zoo.kill_matrix --write-readme"
     )

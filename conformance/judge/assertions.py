@@ -28,7 +28,10 @@ def fail(subject: Subject | Document, case: Case | None, message: str) -> None:
         where.append(subject.name)
     if case is not None:
         where.append(case.call_signature())
-    text = f"{message} [{' '.join(where)}]\nreproduce: {subject.reproducer(case)}"
+    first, *more = message.split("\n", 1)  # the claims and call belong to the first line
+    text = "\n".join(
+        [f"{first} [{' '.join(where)}]", *more, f"reproduce: {subject.reproducer(case)}"]
+    )
     pytest.fail(text, pytrace=False)
 
 

@@ -263,6 +263,7 @@ def describe_diagnosis(entries: list[dict]) -> str:
     mistakes = [e for e in entries if e["kind"] == "mistake"]
     if mistakes:
         return "diagnosis: matches " + "; or ".join(
-            f'"{e["text"]}" ({describe_fraction(e["fraction_of_budget"])})' for e in mistakes
+            f'{e["name"]}, "{e["text"]}" ({describe_fraction(e["fraction_of_budget"])})'
+            for e in mistakes
         )
     return "diagnosis: no catalogued mistake matches; " + "; ".join(e["text"] for e in entries)

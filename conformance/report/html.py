@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from conformance.report.matrix import matrix_lines
-from conformance.run.ledger import MATHEMATICS, RowVerdict
+from conformance.judge.tolerance import describe_fraction
+from conformance.run.ledger import MATHEMATICS, ClaimVerdict, RowVerdict
 
 HEAT_MAPS_SHOWN = 4
 HOW_OBTAINED = {"probe": "recovered through the probe", "exposed": "as it exposes them"}
@@ -30,15 +30,30 @@ def _png(figure) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def heat_maps(report: dict, recorded: dict[str, dict]) -> list[tuple[str, str, dict]]:
-    """(name, verdict, recorded weights) for up to HEAT_MAPS_SHOWN implementations whose tests
-    recorded their causal weights, those that fail first: the picture a reviewer needs is the
-    failing one."""
-    shown = [
-        (s["name"], s["verdict"], recorded[s["name"]]["causal attention weights"])
-        for s in report["subjects"]
-        if "causal attention weights" in recorded.get(s["name"], {})
-    ]
+WEIGHTS_FIGURE = "causal attention weights/"  # + the case: "square" or "Tq<Tk"
+VISIBLE_DIFFERENCE = 1e-3  # a weight difference a heat map shows: below it, the square case
+
+
+def heat_maps(report: dict, recorded: dict[str, dict]) -> list[tuple[str, str, str, dict]]:
+    """(name, verdict, case, recorded weights) for up to HEAT_MAPS_SHOWN implementations whose
+    tests recorded their causal weights, those that fail first, each at the case that shows its
+    bug (where its weights differ most from the truth's: Tq < Tk for a top-left mask), a
+    conforming one at the square case."""
+    shown = []
+    for subject in report["subjects"]:
+        cases = {
+            name.removeprefix(WEIGHTS_FIGURE): data
+            for name, data in recorded.get(subject["name"], {}).items()
+            if name.startswith(WEIGHTS_FIGURE)
+        }
+        if not cases:
+            continue
+        case = "square" if "square" in cases else next(iter(cases))
+        if subject["verdict"] == RowVerdict.FAILS:
+            worst = max(cases, key=lambda c: cases[c]["largest difference"])
+            if not cases[worst]["largest difference"] <= VISIBLE_DIFFERENCE:
+                case = worst
+        shown.append((subject["name"], subject["verdict"], case, cases[case]))
     shown.sort(key=lambda entry: entry[1] != RowVerdict.FAILS)
     return shown[:HEAT_MAPS_SHOWN]
 
@@ -89,43 +104,154 @@ def figures(report: dict, recorded: dict[str, dict]) -> list[tuple[str, str]]:
         plots.append(("Largest attention weight against d_k (SOFTMAX-SATURATION)", _png(fig)))
         plt.close(fig)
 
-    for name, verdict, recorded_map in heat_maps(report, recorded):
-        fig, ax = plt.subplots(figsize=(4.2, 3.6))
-        image = ax.imshow(np.array(recorded_map["weights"]), cmap="viridis")
-        fig.colorbar(image, ax=ax)
-        ax.set_xlabel("key j")
-        ax.set_ylabel("query i")
-        plots.append(
-            (
-                f"Causal attention weights of {name} ({verdict}, {recorded_map['dtype']}), "
-                + HOW_OBTAINED.get(recorded_map["source"], recorded_map["source"]),
-                _png(fig),
-            )
-        )
-        plt.close(fig)
+    for name, verdict, case, weights in heat_maps(report, recorded):
+        plots.append(heat_map_figure(plt, name, verdict, case, weights))
 
-    bars = [
-        (subject["name"], max(fractions))
-        for subject in report["subjects"]
-        if (
-            fractions := [
-                e["worst_budget_fraction"]
-                for e in subject["claims"].values()
-                if e.get("worst_budget_fraction") is not None
-            ]
-        )
-    ]
+    bars = worst_fractions(report)
     if bars:
-        fig, ax = plt.subplots(figsize=(5, 0.5 + 0.4 * len(bars)))
+        fig, ax = plt.subplots(figsize=(5.5, 0.5 + 0.4 * len(bars)))
         names, values = zip(*bars, strict=True)
-        ax.barh(names, values, color=["tab:red" if v > 1 else "tab:blue" for v in values])
+        finite = [v for v in values if math.isfinite(v)]
+        # inf and NaN cannot be drawn: their bars run to the edge and say what they are
+        edge = max([*finite, 1.0]) * 10
+        lengths = [v if math.isfinite(v) else edge for v in values]
+        colors = ["tab:red" if not v <= 1 else "tab:blue" for v in values]  # NaN: red
+        for bar, value in zip(ax.barh(names, lengths, color=colors), values, strict=True):
+            bar.set_hatch("" if math.isfinite(value) else "//")
+        for row, value in enumerate(values):
+            if not math.isfinite(value):
+                ax.text(edge, row, f" {value}", va="center", ha="left", fontweight="bold")
         ax.axvline(1.0, color="black", linestyle="--", linewidth=1)
-        if max(values) > 10:
+        if max(lengths) > 10:
             ax.set_xscale("log")
-        ax.set_xlabel("worst error / tolerance budget (<= 1 passes)")
+        ax.set_xlabel("worst error / tolerance budget (<= 1 passes; inf and nan at the edge)")
         plots.append(("Each implementation's worst error as a fraction of its budget", _png(fig)))
         plt.close(fig)
     return plots
+
+
+def heat_map_figure(plt, name: str, verdict: str, case: str, weights: dict) -> tuple[str, str]:
+    """The implementation's weights beside the truth's, on one colour scale."""
+    fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.6), sharey=True)
+    for ax, (title, data) in zip(
+        axes, ((name, weights["weights"]), ("the truth", weights["truth"])), strict=True
+    ):
+        image = ax.imshow(
+            np.array(data, dtype=float), cmap="viridis", vmin=0, vmax=1, aspect="auto"
+        )
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("key j")
+    axes[0].set_ylabel("query i")
+    fig.colorbar(image, ax=axes)
+    caption = (
+        f"Causal attention weights of {name} ({verdict}, {weights['dtype']}, {case}), "
+        + HOW_OBTAINED.get(weights["source"], weights["source"])
+        + f", beside the truth's: largest difference {weights['largest difference']:.3g}"
+    )
+    figure = (caption, _png(fig))
+    plt.close(fig)
+    return figure
+
+
+def worst_fractions(report: dict) -> list[tuple[str, float]]:
+    """(name, its worst error / budget over its claims) for each subject that measured one;
+    inf and NaN kept (a NaN wins: it is never hidden behind a finite value)."""
+    bars = []
+    for subject in report["subjects"]:
+        fractions = [
+            e["worst_budget_fraction"]
+            for e in subject["claims"].values()
+            if e.get("worst_budget_fraction") is not None
+        ]
+        if fractions:
+            nan = [f for f in fractions if math.isnan(f)]
+            bars.append((subject["name"], nan[0] if nan else max(fractions)))
+    return bars
+
+
+VERDICT_CLASS = {
+    ClaimVerdict.MET: "met",
+    ClaimVerdict.FAILED: "failed",
+    ClaimVerdict.UNMET: "unmet",
+    ClaimVerdict.NOT_CHECKED: "skip",
+}
+
+
+def matrix_table(report: dict) -> str:
+    """The claim x implementation matrix as a table coloured by verdict, failed claims first,
+    with the worst error as a fraction of the budget where the claim measures one."""
+    subjects = [s for s in report["subjects"] if s["verdict"] != RowVerdict.NOT_RUN]
+    claims: list[str] = []
+    for subject in subjects:
+        claims += [c for c in subject["claims"] if c not in claims]
+    failing = {c for s in subjects for c, e in s["claims"].items() if e["verdict"] == "FAILED"}
+    claims.sort(key=lambda c: c not in failing)
+    head = "".join(f"<th>{html.escape(s['name'])}</th>" for s in subjects)
+    rows = []
+    for claim in claims:
+        cells = []
+        for subject in subjects:
+            entry = subject["claims"].get(claim)
+            if entry is None:
+                cells.append("<td>-</td>")
+                continue
+            text = html.escape(str(entry["verdict"]))
+            if entry.get("worst_budget_fraction") is not None:
+                text += f" <small>{describe_fraction(entry['worst_budget_fraction'])}</small>"
+            cells.append(f"<td class='{VERDICT_CLASS[entry['verdict']]}'>{text}</td>")
+        rows.append(f"<tr><th>{html.escape(claim)}</th>{''.join(cells)}</tr>")
+    return f"<table class='matrix'><tr><th>claim</th>{head}</tr>{''.join(rows)}</table>"
+
+
+def failures_section(report: dict) -> str:
+    """Each failed claim of each implementation: its message, its diagnosis, its reproducer."""
+    parts = []
+    for subject in report["subjects"]:
+        failed = [
+            (claim, entry)
+            for claim, entry in subject["claims"].items()
+            if entry["verdict"] == ClaimVerdict.FAILED
+        ]
+        if not failed:
+            continue
+        parts.append(f"<h3>{html.escape(subject['name'])}</h3>")
+        if subject.get("broken"):
+            # Every claim failed the same way: said once, with one reproducer.
+            reproducer = next(
+                (e["first_failure"]["reproducer"] for _, e in failed
+                 if (e.get("first_failure") or {}).get("reproducer")),
+                None,
+            )  # fmt: skip
+            parts.append(
+                f"<p class='failed'>Broken at its first call: {html.escape(subject['broken'])}"
+                f"</p><p>{len(failed)} claims failed: "
+                + html.escape(", ".join(claim for claim, _ in failed))
+                + "</p>"
+                + (f"<p>Reproduce:</p><pre>{html.escape(reproducer)}</pre>" if reproducer else "")
+            )
+            continue
+        for claim, entry in failed:
+            failure = entry.get("first_failure") or {}
+            diagnosis = "".join(
+                f"<li><b>{html.escape(d['name'])}</b>: {html.escape(d['text'])}"
+                + (f" <i>(usually: {html.escape(d['hint'])})</i>" if d.get("hint") else "")
+                + f" &mdash; {describe_fraction(d['fraction_of_budget'])} in "
+                f"<code>{html.escape(d['test'])}</code></li>"
+                for d in entry.get("diagnosis") or []
+            )
+            parts.append(
+                f"<div class='claim'><h4>{html.escape(claim)} ({html.escape(entry['level'])}): "
+                f"{entry['failed']} failing test(s)</h4>"
+                f"<pre>{html.escape(failure.get('message', ''))}</pre>"
+                + (f"<p>Diagnosis:</p><ul>{diagnosis}</ul>" if diagnosis else "")
+                + (
+                    f"<p>Reproduce:</p><pre>{html.escape(failure['reproducer'])}</pre>"
+                    if failure.get("reproducer")
+                    else ""
+                )
+                + "</div>"
+            )
+    return "".join(parts) or "<p>No claim failed.</p>"
 
 
 def render_html(report: dict, recorded: dict[str, dict]) -> str:
@@ -153,7 +279,7 @@ def render_html(report: dict, recorded: dict[str, dict]) -> str:
         )
     except ImportError:
         plots = "<p class='note'>Plots need matplotlib (<code>pip install matplotlib</code>).</p>"
-    matrix = html.escape("\n".join(matrix_lines(report)))
+    matrix = matrix_table(report)
     verdicts = ", ".join(
         f"{html.escape(s['name'])}: <b>{html.escape(s['verdict'])}</b>" for s in report["subjects"]
     )
@@ -161,8 +287,12 @@ def render_html(report: dict, recorded: dict[str, dict]) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>attnspec conformance report</title>
 <style>
 body {{ font-family: sans-serif; margin: 2em; max-width: 80em; }}
-pre {{ background: #f6f6f6; padding: 1em; overflow-x: auto; }}
+pre {{ background: #f6f6f6; padding: 1em; white-space: pre-wrap; }}
 table {{ border-collapse: collapse; }} th, td {{ text-align: left; padding: 0.2em 1em; }}
+table.matrix td, table.matrix th {{ border: 1px solid #ddd; font-size: 90%; }}
+td.met {{ background: #d9f2d9; }} td.failed, p.failed {{ background: #f8c8c8; font-weight: bold; }}
+td.unmet {{ background: #fde6c4; }} td.skip {{ background: #eee; color: #666; }}
+div.claim {{ border-left: 4px solid #c33; padding-left: 1em; margin-bottom: 1em; }}
 figure {{ display: inline-block; margin: 1em; vertical-align: top; }}
 .note {{ color: #a60; }}
 </style></head><body>
@@ -170,7 +300,9 @@ figure {{ display: inline-block; margin: 1em; vertical-align: top; }}
 <p>{verdicts}</p>
 <p>Exit status {report["exit_status"]}; schema {html.escape(report["schema"])}.</p>
 <h2>Claim x implementation</h2>
-<pre>{matrix}</pre>
+{matrix}
+<h2>Failed claims</h2>
+{failures_section(report)}
 <h2>Figures</h2>
 {plots}
 <h2>Environment</h2>

@@ -103,7 +103,10 @@ def matrix_lines(report: dict, width: int = MATRIX_WIDTH) -> list[str]:
         lines += [*text_table(rows, rule_after=(0, len(labels))), ""]
     lines.pop()
     lines += legend
-    lines += [f"[{i}] {reason}" for i, reason in enumerate(reasons, 1)]
+    for i, reason in enumerate(reasons, 1):
+        lines += textwrap.wrap(
+            f"[{i}] {reason}", width, subsequent_indent="    ", break_on_hyphens=False
+        )
     if not_run:
         text = "not run here: " + "; ".join(
             f"{s['name']} ({s.get('skip_reason') or 'no test ran'})" for s in not_run

@@ -43,8 +43,8 @@ def wrapped(text: str, indent: str, *, first: str = "", lines: int | None = None
 def shell_lines(command: str, first: str, indent: str) -> list[str]:
     """``command`` as shell lines within WIDTH columns, the first after ``first``, the others at
     ``indent``, joined by backslash continuations: pasted whole, it is the same command. A quoted
-    word too long for a line is cut into quoted pieces (bash joins 'ab'\\<newline>'cd' into one
-    word)."""
+    word too long for a line is cut into quoted pieces, each continuing at the start of its line
+    (bash joins 'ab'\\<newline>'cd' into one word, but not 'ab'\\<newline>  'cd')."""
     lines: list[str] = []
     current = first
 
@@ -52,7 +52,7 @@ def shell_lines(command: str, first: str, indent: str) -> list[str]:
         return WIDTH - 2 - len(current)  # " \\" ends a continued line
 
     for word in (shlex.quote(word) for word in shlex.split(command)):
-        separator = "" if current in (first, indent) else " "
+        separator = "" if current in (first, indent, "") else " "
         if len(separator + word) <= room():
             current += separator + word
             continue
@@ -65,7 +65,7 @@ def shell_lines(command: str, first: str, indent: str) -> list[str]:
         while len(current) + len(word) > WIDTH - 1:
             cut = max(WIDTH - 2 - len(current), 8)
             lines.append(current + word[:cut] + "'\\")
-            current, word = indent, "'" + word[cut:]
+            current, word = "", "'" + word[cut:]
         current += word
     lines.append(current)
     return lines

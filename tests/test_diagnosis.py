@@ -1,0 +1,248 @@
+"""The diagnosis of failed claims: the catalogue of mistakes (spec/mistakes.py) against the zoo's
+mutants, the localisation, the pooling of findings, and the screen a failing run prints."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import shlex
+
+import numpy as np
+import pytest
+
+from conformance.judge.diagnosis import conclude, locate, mismatch, spans
+from conformance.judge.harness import Case
+from conformance.judge.truth import largest_finite
+from conformance.report.verdicts import WIDTH, shell_lines
+from spec.formula import reference_attention
+from spec.mistakes import MISTAKES, Call, find_mistake
+from tests.suite_process import run_module
+from tests.zoo import load_members
+from tests.zoo.kill_matrix import Verdict, diagnosis_problems
+
+MEMBERS = load_members()
+WITH_MISTAKE = sorted(name for name, m in MEMBERS.items() if m.mistake)
+
+
+def planted_future(k: np.ndarray, value: float) -> np.ndarray:
+    """k with every key after the first quarter set to ``value``: scores far above the rest."""
+    k = k.copy()
+    k[..., k.shape[-2] // 4 :, :] = value
+    return k
+
+
+# (B, H, Hkv, Tq, Tk, D, Dv), the extensions' keywords, and what is done to the inputs
+CASES = [
+    ((2, 4, 4, 70, 70, 16, 16), {}, None),
+    ((2, 4, 4, 5, 150, 40, 24), {}, None),
+    ((1, 3, 3, 1, 17, 32, 32), {}, None),
+    ((2, 6, 2, 9, 20, 16, 16), {"enable_gqa": True}, None),
+    ((2, 4, 1, 9, 20, 16, 16), {"enable_gqa": True}, None),
+    ((2, 2, 2, 12, 30, 16, 16), {"window": 5}, None),
+    ((3, 2, 2, 6, 20, 16, 16), {"key_lengths": (20, 9, 14)}, None),
+    ((3, 2, 2, 6, 20, 16, 16), {"key_lengths": (20, 9, 14)}, "nan padding"),
+    ((1, 2, 2, 12, 19, 16, 16), {"cu_seqlens_q": (0, 5, 12), "cu_seqlens_k": (0, 9, 19)}, None),
+    ((2, 2, 2, 1, 1, 8, 8), {}, None),
+    ((1, 2, 2, 4, 4, 8, 8), {"scale": 0.3}, None),
+    ((1, 2, 2, 8, 8, 8, 8), {}, "large scores"),
+    ((1, 2, 2, 40, 40, 16, 16), {}, "huge future"),
+    ((1, 2, 2, 9, 9, 8, 8), {"causal": False}, None),
+]
+
+
+def inputs(shape, treatment, rng):
+    batch, heads, kv_heads, tq, tk, d, dv = shape
+    q = rng.standard_normal((batch, heads, tq, d))
+    k = rng.standard_normal((batch, kv_heads, tk, d))
+    v = rng.standard_normal((batch, kv_heads, tk, dv))
+    if treatment == "large scores":
+        q, k = 30 * q, 30 * k
+    elif treatment == "huge future":
+        k = planted_future(k, 1e4)  # scores of +-1e4 where q's sum is positive or negative
+    return q, k, v
+
+
+@pytest.mark.parametrize("name", WITH_MISTAKE)
+def test_each_mutant_with_a_mistake_is_that_mistakes_variant(name):
+    """Wherever the zoo mutant is wrong, the catalogue's variant computes what it computes: the
+    variant is the bug, not a lookalike (precision mistakes aside: their variant is a budget)."""
+    member = MEMBERS[name]
+    mistake = find_mistake(member.mistake)
+    if mistake.precision is not None:
+        pytest.skip(f"{mistake.name} is the formula held to {mistake.precision}'s budget")
+    parameters = inspect.signature(member.fn).parameters
+    rng = np.random.default_rng(0)
+    compared = 0
+    for shape, options, treatment in CASES:
+        options = dict(options)
+        causal = options.pop("causal", True)
+        scale = options.pop("scale", None)
+        gqa = options.pop("enable_gqa", False)
+        if any(keyword not in parameters for keyword in options) or (
+            gqa and "enable_gqa" not in parameters
+        ):
+            continue
+        q, k, v = inputs(shape, treatment, rng)
+        if treatment == "nan padding":
+            for b, length in enumerate(options["key_lengths"]):
+                v[b, :, length:] = np.nan
+        dtype = "float32" if mistake.name.endswith("float16") else "float64"
+        call = Call.of(q, k, v, dtype=dtype, causal=causal, scale=scale, **options)
+        if not mistake.shows(call):
+            continue
+        extra = {"enable_gqa": True} if gqa else {}
+        with np.errstate(all="ignore"):
+            got = np.asarray(
+                member.fn(*(x.astype(dtype) for x in (q, k, v)), causal=causal, scale=scale,
+                          **options, **extra),
+                np.float64,
+            )  # fmt: skip
+            truth = reference_attention(q, k, v, causal=causal, scale=scale, **options)
+            variant = mistake.output(q, k, v, dtype=dtype, causal=causal, scale=scale, **options)
+        # a 1e-10 relative error is the epsilon's whole bug; the others are off by far more
+        tolerance = 1e-13 if mistake.name == "softmax-epsilon-in-denominator" else 1e-4
+        if got.shape == truth.shape and mismatch(got, truth).max() <= tolerance:
+            continue  # right on this case: it says nothing of the bug
+        compared += 1
+        assert variant.shape == got.shape, (name, shape, options)
+        assert mismatch(got, variant).max() <= tolerance * max(1.0, largest_finite(got)), (
+            f"{name} and the variant {mistake.name} differ by {mismatch(got, variant).max():.3g} "
+            f"at {shape} {options} {treatment or ''}"
+        )
+    assert compared, f"no case shows {name}'s bug: add one to CASES"
+
+
+def test_every_mistake_has_a_name_a_sentence_and_a_hint():
+    for name, mistake in MISTAKES.items():
+        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name), name
+        assert mistake.text, name
+        assert mistake.hint not in ("", mistake.text), name
+    with pytest.raises(ValueError, match="mistake 'no-such-mistake', but should be one of"):
+        find_mistake("no-such-mistake")
+
+
+def test_every_mistake_of_the_issue_list_is_catalogued():
+    assert {
+        "mask-top-left", "mask-missing", "mask-excludes-diagonal", "mask-one-ahead",
+        "scale-value-dim", "scale-model-width", "scale-one-over-d", "scale-missing", "scale-twice",
+        "scale-explicit-ignored", "softmax-over-queries", "softmax-no-max-subtraction",
+        "mask-fill-minus-1e4", "mask-fill-minus-1e9", "max-before-masking",
+        "probabilities-in-float16", "row-sum-in-float16", "gqa-heads-modulo", "window-of-w-keys",
+        "padding-unmasked", "values-of-head-0", "keys-of-item-0",
+        "online-softmax-stale-accumulator-64", "last-key-tile-dropped-64",
+    } <= set(MISTAKES)  # fmt: skip
+
+
+def test_locate_names_where_the_error_is_and_nothing_else():
+    case = Case(batch=2, heads=3, tq=128, tk=200, head_dim=8, dtype="float32")
+    truth = np.zeros(case.out_shape)
+    out = truth.copy()
+    out[1, 2, 64:100, :] = 1.0  # item 1, head 2, rows 64..99, every column
+    out[1, 2, 70, 3] = np.nan
+    where = locate(out, truth, 1e-6, case)
+    assert "batch items 1 of 2" in where
+    assert "heads 2 of 3" in where
+    assert "query rows 64-99 of 128 (from row 64, a multiple of 64)" in where
+    assert "1 NaN" in where
+    assert "at Tq=128 < Tk=200, float32" in where
+    assert "columns" not in where.replace("every one of 8 columns", "")
+    assert spans([0, 1, 2, 5, 7, 8, 10, 12, 14]) == "0-2, 5, 7-8, 10, ..."
+
+
+def finding(test, matched=(), refuted=(), tq=1, tk=17):
+    return {
+        "test": test, "matched": {name: 0.1 for name in matched}, "refuted": list(refuted),
+        "where": f"somewhere in {test}", "tq": tq, "tk": tk, "dtype": "float32",
+        "fraction_of_budget": 5.0, "case": "",
+    }  # fmt: skip
+
+
+def test_a_mistake_is_named_only_where_it_explains_every_failure():
+    both = [finding("t1", ["mask-top-left", "scale-missing"]), finding("t2", ["mask-top-left"])]
+    assert [d["name"] for d in conclude(both)] == ["mask-top-left", "scale-missing"]
+    refuted = [*both, finding("t3", ["mask-top-left"], refuted=["scale-missing"])]
+    assert [d["name"] for d in conclude(refuted)] == ["mask-top-left"]
+    # refuted by another claim's findings of the same implementation: not named here either
+    assert conclude(both, refuted={"mask-top-left", "scale-missing"})[0]["kind"] == "where"
+    # the exact variant wins over a precision one; of precision ones, the finest
+    precise = [finding("t1", ["float16-inside", "float32-inside"])]
+    assert [d["name"] for d in conclude(precise)] == ["float32-inside"]
+    assert [d["name"] for d in conclude([finding("t1", ["float32-inside", "mask-one-ahead"])])] == [
+        "mask-one-ahead"
+    ]
+
+
+def test_where_nothing_matches_the_claim_says_where_and_what_its_failures_share():
+    located = conclude([finding("t1", tq=1, tk=17), finding("t2", tq=1, tk=40)])
+    assert [d["name"] for d in located] == ["where", "pattern"]
+    assert located[0]["text"] == "somewhere in t1"
+    assert located[1]["text"] == "all 2 failing comparisons have Tq = 1 and dtype float32"
+
+
+def test_a_planted_wrong_diagnosis_is_reported():
+    """The diagnosis matrix's check (tests/test_zoo.py) on a mutant diagnosed wrongly, not
+    diagnosed, and a correct variant diagnosed at all."""
+    top_left = MEMBERS["top_left_alignment"]
+    evidence = [("OUT-FORMULA", "test_x", 0.1)]
+    wrong = Verdict(top_left, {"OUT-FORMULA": ["test_x"]}, 30, {}, {"mask-one-ahead": evidence})
+    assert diagnosis_problems(wrong) == [
+        "not diagnosed as mask-top-left",
+        "wrongly diagnosed as mask-one-ahead",
+    ]
+    right = Verdict(top_left, {"OUT-FORMULA": ["test_x"]}, 30, {}, {"mask-top-left": evidence})
+    assert diagnosis_problems(right) == []
+    correct = MEMBERS["fill_minus_1e9"]
+    assert diagnosis_problems(Verdict(correct, {}, 30, {}, {}, ["OUT-FORMULA"]))
+
+
+@pytest.mark.parametrize("width_of_id", [20, 95, 240])
+def test_a_wrapped_reproducer_is_the_same_command(width_of_id):
+    test_id = "conformance.test_output::test_formula[" + "x" * width_of_id + "]"
+    command = f"python -m pytest --pyargs {shlex.quote(test_id)} --impl pkg.mod:attention"
+    lines = shell_lines(command, "    reproduce: ", "      ")
+    assert all(len(line) <= WIDTH for line in lines), lines
+    pasted = "\n".join(lines).removeprefix("    reproduce: ")
+    assert shlex.split(pasted.replace("\\\n", "")) == shlex.split(command)
+
+
+CLASSIC = "tests.planted.classic"
+THREE = f"{CLASSIC}:top_left_mask,{CLASSIC}:value_dim_scale,{CLASSIC}:unscaled_decode"
+
+
+def test_three_classic_mistakes_fit_one_screen_each_named():
+    """Three kernels with the mistakes new users make, judged together on every claim: their
+    failures, the matrix aside, within 80 lines of at most 100 columns, each mistake named."""
+    run = run_module("conformance", "run", "--impl", THREE)
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-2000:]
+    lines = run.stdout.splitlines()
+    before_matrix = lines[: lines.index("attnspec: claim x implementation")]
+    assert len(before_matrix) <= 80, "\n".join(before_matrix)
+    too_wide = [line for line in lines if len(line) > WIDTH]
+    assert not too_wide, too_wide
+    text = "\n".join(before_matrix)
+    for kernel, mistake in (
+        ("top_left_mask", "mask-top-left"),
+        ("value_dim_scale", "scale-value-dim"),
+        ("unscaled_decode", "scale-missing-at-decode"),
+    ):
+        block = text.split(f"{CLASSIC}:{kernel}", 1)[1].split(f"\n{CLASSIC}:", 1)[0]
+        assert f"diagnosis: {mistake}: " in block, block
+        assert "no catalogued mistake" not in block.split("MASK-PREFIX")[0], block
+    assert "baseline err 0.000e+00" not in text
+    assert "of budget [" not in text
+
+
+def test_a_broken_first_call_is_said_once_and_undeclared_claims_are_not_checked():
+    run = run_module("conformance", "run", "--impl", f"{CLASSIC}:wrong_shape")
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-2000:]
+    verdicts = run.stdout.split("attnspec: verdict per implementation", 1)[1]
+    verdicts = verdicts.split("attnspec: claim x implementation", 1)[0]
+    said = " ".join(verdicts.split())  # the message is wrapped at 100 columns
+    assert said.count("returned shape (1, 16, 2, 16) at its first call") == 1, verdicts
+    assert verdicts.count("reproduce: ") == 1, verdicts
+    matrix = run.stdout.split("attnspec: claim x implementation", 1)[1]
+    rows = {line.split()[0]: line for line in matrix.splitlines() if "(MUST)" in line}
+    for claim in ("GQA-GROUPS", "WINDOW-BOUNDS", "PAD-KEYS", "MASK-GRAD"):
+        assert "skip" in rows[claim], rows[claim]
+        assert "FAIL" not in rows[claim], rows[claim]
+    assert "FAIL" in rows["OUT-FORMULA"]
