@@ -124,7 +124,8 @@ def test_run_writes_json_html_and_junit(mutant_run):
     assert diagnosis[0]["kind"] == "mistake"
     assert diagnosis[0]["fraction_of_budget"] <= 1
     assert diagnosis[0]["test"] in subjects[MUTANT]["claims"]["OUT-FORMULA"]["failing_tests"]
-    assert subjects["numpy"]["claims"]["OUT-FORMULA"]["diagnosis"] == []
+    # a built-in never gets a diagnosis
+    assert all(entry["diagnosis"] == [] for entry in subjects["numpy"]["claims"].values())
     assert subjects[MUTANT]["broken"] is None
     assert subjects[MUTANT]["claims"]["MASK-ZERO"]["verdict"] == "FAILED"
     assert subjects[MUTANT]["claims"]["MASK-ZERO"]["failing_tests"]
