@@ -241,10 +241,10 @@ def diagnosis_problems(verdict: Verdict) -> list[str]:
 
 
 def diagnosis_cell(verdict: Verdict) -> str:
-    """The mistakes named for a member, each with its best evidence."""
+    """The mistakes named for a member, each with the claim where it matched least closely."""
     cells = []
     for name, evidence in sorted(verdict.diagnosed.items()):
-        claim, _, fraction = min(evidence, key=lambda e: e[2])
+        claim, _, fraction = max(evidence, key=lambda e: e[2])
         cells.append(f"`{name}` ({claim}, {fraction:.2f} of budget)")
     return "; ".join(cells)
 
@@ -253,7 +253,9 @@ def markdown_diagnosis_matrix(run: ZooRun) -> str:
     """The README's diagnosis matrix: one row per mutant, the catalogued mistake it is, what the
     diagnosis named (its evidence: a claim and the output's distance from the variant, as a
     fraction of the budget), or which claims got only where their errors lie."""
-    rows = [("mutant", "its mistake", "diagnosed as (claim, fraction of budget)", "located only")]
+    rows = [
+        ("mutant", "its mistake", "diagnosed as (farthest match: claim, of budget)", "located only")
+    ]
     for verdict in run.mutants:
         member = verdict.member
         rows.append(
