@@ -35,8 +35,9 @@ def test_a_reproducer_runs_as_printed_in_the_checkout_and_fails_the_same_way(sui
     assert run.returncode == 1, run.stdout[-3000:]
     lines = run.stdout.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("reproduce: "))
-    message = lines[first - 1]  # the failure's last line (its diagnosis), before its reproducer
-    assert message.startswith("diagnosis: matches mask-top-left, "), message
+    # the failure's first line (the comparison), then its diagnosis, then its reproducer
+    message, diagnosis = lines[first - 2], lines[first - 1]
+    assert diagnosis.startswith("diagnosis: matches mask-top-left, "), diagnosis
     command = lines[first].removeprefix("reproduce: ").split("   #")[0]
     assert command.startswith("python -m pytest --pyargs ")
     env = {k: v for k, v in os.environ.items() if k != "ATTNSPEC_IMPL"}

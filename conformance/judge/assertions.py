@@ -69,14 +69,14 @@ def assert_identical(
             f"{what} differs in {int(differs.sum())} of {differs.size} elements, first at {index}: "
             f"{got[index]!r}, but should be {expected[index]!r} bit for bit"
         )
-        finding = None if answer is None else off_the_truth(case, *answer)
+        finding = None if answer is None else off_the_truth(subject, case, *answer)
         if finding is not None:
             subject.notes.note_finding(finding)
             message += "\n" + describe_diagnosis(conclude([{**finding, "test": subject.test_id}]))
         fail(subject, case, message)
 
 
-def off_the_truth(case: Case, out, q, k, v) -> dict | None:
+def off_the_truth(subject: Subject, case: Case, out, q, k, v) -> dict | None:
     """The finding on ``out``, the answer to ``case`` on q, k, v, where it is off the truth by
     more than its budget; None where it is within (its bits may still differ)."""
     truth = CaseTruth(q, k, v).attention(causal=case.causal, scale=case.scale, **case.variant)
@@ -86,7 +86,15 @@ def off_the_truth(case: Case, out, q, k, v) -> dict | None:
     )  # fmt: skip
     if comparison.ok:
         return None
-    return diagnose(out, q, k, v, case=case, comparison=comparison, truth=truth)
+    return diagnosed(subject, out, q, k, v, case=case, comparison=comparison, truth=truth)
+
+
+def diagnosed(subject: Subject, out, q, k, v, **options) -> dict:
+    """``diagnose`` for the subject's implementation, skipping the mistakes its earlier
+    findings in this process refuted (the client keeps them: one kernel, one set of bugs)."""
+    finding = diagnose(out, q, k, v, refuted_before=subject.client.refuted_mistakes, **options)
+    subject.client.refuted_mistakes.update(finding["refuted"])
+    return finding
 
 
 def answer_or_none_if_raised(subject: Subject, problem: str, call):
@@ -189,8 +197,8 @@ def assert_matches_oracle(
     )
     finding = None
     if not comparison.ok:
-        finding = diagnose(
-            out, q, k, v, case=case, comparison=comparison, truth=truth, pieces=pieces
+        finding = diagnosed(
+            subject, out, q, k, v, case=case, comparison=comparison, truth=truth, pieces=pieces
         )
     assert_within_budget(subject, case, what, comparison, finding)
     return comparison

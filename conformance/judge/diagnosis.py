@@ -49,11 +49,23 @@ def largest(values: np.ndarray) -> float:
     return float(values.max()) if values.size else 0.0
 
 
-def diagnose(out, q, k, v, *, case, comparison: Comparison, truth: np.ndarray, pieces=None) -> dict:
+def diagnose(
+    out,
+    q,
+    k,
+    v,
+    *,
+    case,
+    comparison: Comparison,
+    truth: np.ndarray,
+    pieces=None,
+    refuted_before: set[str] = frozenset(),
+) -> dict:
     """The finding of one failing comparison of ``out`` (the implementation's answer to
     ``case`` on q, k, v) with ``truth``. ``pieces``, where the output was assembled from several
     calls along the query rows, lists each call as (case, q, k, v): a variant is then the
-    variants of those calls, assembled the same way."""
+    variants of those calls, assembled the same way. ``refuted_before``: the mistakes an earlier
+    finding of the same implementation refuted, which nothing can name again: not computed."""
     pieces = pieces or [(case, q, k, v)]
     if sum(work_of(piece) for piece, *_ in pieces) > DIAGNOSED_WORK:
         # Too large to compute every variant on: where the error lies, and no mistake either
@@ -65,6 +77,7 @@ def diagnose(out, q, k, v, *, case, comparison: Comparison, truth: np.ndarray, p
         for piece, *arrays in pieces
     ]  # fmt: skip
     showing = {m.name for *_, call in calls for m in mistakes_showing_in(call)}
+    showing -= refuted_before
     # A mistake that cannot show here does not explain this failure: refuted, uncomputed.
     matched, refuted = {}, [name for name in MISTAKES if name not in showing]
     for name in (name for name in MISTAKES if name in showing):

@@ -84,10 +84,10 @@ def first_line(message: str) -> str:
 
 
 def diagnosis_lines(
-    subject: dict, entries: list[dict], said: dict[str, str], indent: str, shown_test: str
+    subject: dict, entries: list[dict], said: set[str], indent: str, shown_test: str
 ):
     """The diagnosis of one claim: each mistake matched with its evidence (its hint, the first
-    time the subject's summary names it; "as for" the claim that named it first, after), or
+    time the subject's summary names it; "as above" after), or
     where the errors lie. ``shown_test``: the test whose reproducer follows."""
     lines = []
     for entry in entries:
@@ -99,7 +99,7 @@ def diagnosis_lines(
         evidence = f"{describe_fraction(entry['fraction_of_budget'])} in {test}"
         if entry["kind"] == "mistake" and entry["name"] in said:
             lines += wrapped(
-                f"{entry['name']}, as for {said[entry['name']]} "
+                f"{entry['name']}, as above "
                 f"({evidence.replace('the test reproduced below', 'this one')})",
                 indent,
                 first="diagnosis: ",
@@ -118,7 +118,7 @@ def diagnosis_lines(
     return lines
 
 
-def claim_block(subject: dict, claim: str, entry: dict, said: dict[str, str]) -> list[str]:
+def claim_block(subject: dict, claim: str, entry: dict, said: set[str]) -> list[str]:
     """A failed claim in a few lines: count, message, diagnosis, reproducer."""
     count = entry["failed"] + entry["unmet"]
     failure = entry.get("first_failure") or {}
@@ -135,7 +135,7 @@ def claim_block(subject: dict, claim: str, entry: dict, said: dict[str, str]) ->
     )
     for diagnosed in entry.get("diagnosis") or []:
         if diagnosed["kind"] == "mistake":
-            said.setdefault(diagnosed["name"], claim)
+            said.add(diagnosed["name"])
     if failure.get("reproducer"):
         command = failure["reproducer"].split("   # ")[0]
         lines += shell_lines(command, INDENT * 2 + "reproduce: ", INDENT * 3)
@@ -180,7 +180,7 @@ def subject_lines(subject: dict, name_width: int) -> list[str]:
         lines += wrapped(followed, INDENT, first="conventions: ")
     if subject.get("broken"):
         return lines + broken_block(subject)
-    said: dict[str, str] = {}  # mistake -> the claim whose diagnosis named it first
+    said: set[str] = set()  # the mistakes an earlier claim's diagnosis named, with their hint
     for claim in by_verdict.get(ClaimVerdict.FAILED, []):
         lines += claim_block(subject, claim, claims[claim], said)
     unmet = [

@@ -283,6 +283,9 @@ class ImplementationClient:
         # why its first call broke the contract (conformance.judge.preflight): every later call
         # fails with it, after the test has skipped what the implementation does not declare
         self.broken: str | None = None
+        # the catalogued mistakes its failures so far refuted in this process
+        # (conformance.judge.diagnosis): no later failure needs them computed
+        self.refuted_mistakes: set[str] = set()
 
     @property
     def in_process(self) -> bool:
