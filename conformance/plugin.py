@@ -51,7 +51,7 @@ from conformance.run.selection import Selected, select
 from conformance.run.settings import OPTION_GROUP, RunSettings, add_options
 from conformance.run.threads import describe as describe_shared_cores
 from conformance.run.threads import share_cores
-from conformance.run.workers import LayoutNotChecked
+from conformance.run.workers import BrokenAtFirstCall, LayoutNotChecked
 from impls.registry import RegistryError
 from spec.catalogue import Catalogue, load_catalogue
 
@@ -301,9 +301,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function):
         pytest.skip(f"not checked: {unavailable}")
     except IMPLEMENTATION_FAILURES as error:
         subject = pyfuncitem.funcargs.get("subject")
-        selected = selected_of(pyfuncitem)
-        if selected is not None and selected.client.broken and str(error) == selected.client.broken:
-            pyfuncitem.stash.setdefault(NOTES_KEY, TestNotes()).broken = selected.client.broken
+        if isinstance(error, BrokenAtFirstCall):
+            pyfuncitem.stash.setdefault(NOTES_KEY, TestNotes()).broken = str(error)
         raise message_only_failure(error, subject.reproducer if subject else None) from None
 
 

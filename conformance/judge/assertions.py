@@ -69,32 +69,44 @@ def assert_identical(
             f"{what} differs in {int(differs.sum())} of {differs.size} elements, first at {index}: "
             f"{got[index]!r}, but should be {expected[index]!r} bit for bit"
         )
-        finding = None if answer is None else off_the_truth(subject, case, *answer)
-        if finding is not None:
-            subject.notes.note_finding(finding)
-            message += "\n" + describe_diagnosis(conclude([{**finding, "test": subject.test_id}]))
+        if answer is not None:
+            # The whole answer, where it is also off the truth, names the mistake.
+            _, finding = judged(subject, case, *answer)
+            message = with_diagnosis(subject, message, finding)
         fail(subject, case, message)
 
 
-def off_the_truth(subject: Subject, case: Case, out, q, k, v) -> dict | None:
-    """The finding on ``out``, the answer to ``case`` on q, k, v, where it is off the truth by
-    more than its budget; None where it is within (its bits may still differ)."""
-    truth = CaseTruth(q, k, v).attention(causal=case.causal, scale=case.scale, **case.variant)
+def judged(
+    subject: Subject, case: Case, out, q, k, v, *, truth=None, pieces=None
+) -> tuple[Comparison, dict | None]:
+    """``out``, the answer to ``case`` on q, k, v, against ``truth`` (the oracle's by default),
+    and where it misses its budget, the finding of its diagnosis: the mistakes the subject's
+    earlier findings in this process refuted are not computed again (its client keeps them:
+    one kernel, one set of bugs)."""
+    case_truth = CaseTruth(q, k, v)
+    options = dict(causal=case.causal, scale=case.scale, **case.variant)
+    if truth is None:
+        truth = case_truth.attention(**options)
     comparison = compare_to_oracle(
-        out, q, k, v, dtype=case.dtype, causal=case.causal, scale=case.scale, truth=truth,
-        **case.variant,
-    )  # fmt: skip
+        out, q, k, v, dtype=case.dtype, truth=truth, case_truth=case_truth, **options
+    )
     if comparison.ok:
-        return None
-    return diagnosed(subject, out, q, k, v, case=case, comparison=comparison, truth=truth)
+        return comparison, None
+    refuted = subject.client.refuted_mistakes
+    finding = diagnose(
+        out, q, k, v, case=case, comparison=comparison, truth=truth, pieces=pieces,
+        refuted_before=refuted,
+    )  # fmt: skip
+    refuted.update(finding["refuted"])
+    return comparison, finding
 
 
-def diagnosed(subject: Subject, out, q, k, v, **options) -> dict:
-    """``diagnose`` for the subject's implementation, skipping the mistakes its earlier
-    findings in this process refuted (the client keeps them: one kernel, one set of bugs)."""
-    finding = diagnose(out, q, k, v, refuted_before=subject.client.refuted_mistakes, **options)
-    subject.client.refuted_mistakes.update(finding["refuted"])
-    return finding
+def with_diagnosis(subject: Subject, message: str, finding: dict | None) -> str:
+    """``message``, with the diagnosis of ``finding`` under it, noted for the test's claims."""
+    if finding is None:
+        return message
+    subject.notes.note_finding(finding)
+    return message + "\n" + describe_diagnosis(conclude([{**finding, "test": subject.test_id}]))
 
 
 def answer_or_none_if_raised(subject: Subject, problem: str, call):
@@ -157,11 +169,7 @@ def assert_within_budget(
     __tracebackhide__ = True
     subject.notes.note_budget_fraction(comparison.budget_fraction, comparison.dtype)
     if not comparison.ok:
-        message = f"{what}: {comparison.describe()}"
-        if finding is not None:
-            subject.notes.note_finding(finding)
-            message += "\n" + describe_diagnosis(conclude([{**finding, "test": subject.test_id}]))
-        fail(subject, case, message)
+        fail(subject, case, with_diagnosis(subject, f"{what}: {comparison.describe()}", finding))
 
 
 def assert_matches_oracle(
@@ -182,23 +190,6 @@ def assert_matches_oracle(
     whose outputs were joined along the query rows into ``out``, where it was not one call."""
     __tracebackhide__ = True
     assert_shape(subject, case, f"{what}.shape", out.shape, case.out_shape)
-    if truth is None:
-        truth = CaseTruth(q, k, v).attention(causal=case.causal, scale=case.scale, **case.variant)
-    comparison = compare_to_oracle(
-        out,
-        q,
-        k,
-        v,
-        dtype=case.dtype,
-        causal=case.causal,
-        scale=case.scale,
-        truth=truth,
-        **case.variant,
-    )
-    finding = None
-    if not comparison.ok:
-        finding = diagnosed(
-            subject, out, q, k, v, case=case, comparison=comparison, truth=truth, pieces=pieces
-        )
+    comparison, finding = judged(subject, case, out, q, k, v, truth=truth, pieces=pieces)
     assert_within_budget(subject, case, what, comparison, finding)
     return comparison

@@ -230,12 +230,15 @@ def compare_to_oracle(
     causal: bool = True,
     scale: float | None = None,
     truth: np.ndarray | None = None,
+    case_truth: CaseTruth | None = None,
     **variant,
 ) -> Comparison:
     """Judge ``actual`` as attention(q, k, v): against the float64 oracle (or ``truth``, where the
     test knows it differently), with the naive baseline and the budget for ``dtype``. ``variant``
-    holds the extensions' keywords (window, key_lengths) where the case sets them."""
-    case_truth = CaseTruth(q, k, v)  # the inputs hashed once for the three lookups below
+    holds the extensions' keywords (window, key_lengths) where the case sets them;
+    ``case_truth``, the caller's :class:`CaseTruth` of q, k, v, where it has one."""
+    # the inputs hashed once for the three lookups below, and the caller's
+    case_truth = case_truth or CaseTruth(q, k, v)
     if truth is None:
         truth = case_truth.attention(causal=causal, scale=scale, **variant)
     return compare(

@@ -59,6 +59,11 @@ class ImplementationBroke(Exception):
     """What the implementation returned (or how it took its inputs) breaks the contract."""
 
 
+class BrokenAtFirstCall(ImplementationBroke):
+    """Its first call broke the contract (conformance.judge.preflight): every later call fails
+    with that sentence."""
+
+
 class LayoutNotChecked(Exception):
     """The suite's own helpers could not lay the inputs out as the test asked: not checked."""
 
@@ -373,7 +378,7 @@ class ImplementationClient:
         **kwargs,
     ):
         if self.broken:
-            raise ImplementationBroke(self.broken)
+            raise BrokenAtFirstCall(self.broken)
         message = (op, [(a.array, a.dtype) for a in arrays], kwargs, layout, poison)
         reply = self.channel.handle(message) if self.in_process else self.remote(op, message)
         return self.unpack(op, reply)
