@@ -123,7 +123,8 @@ def test_every_formula_mutant_names_a_mistake():
     families = {MEMBERS[name].family for name in without}
     assert families <= {"scaling", "tiling", "layout", "dtype", "window", "padding", "strides",
                         "memory", "stress"}, families  # fmt: skip
-    assert len(without) <= len(MUTANTS) - 40, sorted(without)
+    # 41 of the 58 name one (the README's diagnosis matrix): none may silently lose it
+    assert len(MUTANTS) - len(without) >= 41, sorted(without)
 
 
 def test_readme_diagnosis_matrix_is_current(zoo_run):
