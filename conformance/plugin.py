@@ -51,7 +51,8 @@ from conformance.run.selection import Selected, select
 from conformance.run.settings import OPTION_GROUP, RunSettings, add_options
 from conformance.run.threads import describe as describe_shared_cores
 from conformance.run.threads import share_cores
-from conformance.run.workers import BrokenAtFirstCall, LayoutNotChecked
+from conformance.run.worker_clients import BrokenAtFirstCall, LayoutNotChecked
+from impls.messages import Description
 from impls.registry import RegistryError
 from spec.catalogue import Catalogue, load_catalogue
 
@@ -115,7 +116,12 @@ def pytest_configure(config: pytest.Config) -> None:
             in_process=settings.in_process,
             sandbox=settings.sandbox,
             call_timeout=settings.call_timeout,
-            descriptions=json.loads(described) if described else None,
+            descriptions={
+                selector: Description.from_plain(plain)
+                for selector, plain in json.loads(described).items()
+            }
+            if described
+            else None,
         )
     except RegistryError as exc:
         raise pytest.UsageError(f"attnspec: {exc}") from None
@@ -185,7 +191,9 @@ class WorkerInputs:
     run's shared truth."""
 
     def __init__(self, selection: list[Selected], seed: int):
-        self.descriptions = json.dumps({s.selector: s.client.description for s in selection})
+        self.descriptions = json.dumps(
+            {s.selector: s.client.description.as_plain() for s in selection}
+        )
         self.seed = seed
 
     @pytest.hookimpl(optionalhook=True)

@@ -18,7 +18,7 @@ from conformance.judge.tolerance import (
     compare_to_oracle,
 )
 from conformance.report.tables import text_table
-from conformance.run.workers import open_clients
+from conformance.run.worker_clients import open_clients
 from impls.registry import BUILTINS
 from spec.dtypes import round_to
 

@@ -35,9 +35,9 @@ from impls.contract import (
     Implementation,
     NumpyArrays,
     resolve_scale,
-    usable_cores,
     validate_inputs,
 )
+from impls.machine import usable_cores
 from spec.formula import repeat_kv_heads
 
 try:

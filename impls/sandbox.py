@@ -85,7 +85,7 @@ class _PathBeneathAttr(ctypes.Structure):
 @functools.cache
 def _libc():
     # The C library this process already has (find_library would start ldconfig: milliseconds
-    # of every worker's start); loaded once, in the spawner, and inherited by its forks.
+    # of every worker's start); loaded once, in the fork server, and inherited by its forks.
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     return libc
@@ -149,7 +149,7 @@ def scratch_environment(scratch: Path) -> dict[str, str]:
 
 def become_subreaper() -> None:
     """This process's orphaned descendants come back to it (not to init), so that none escapes
-    its tree: a worker's stay beneath it, and the spawner's beneath the spawner."""
+    its tree: a worker's stay beneath it, and the fork server's beneath it."""
     _libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from conformance.judge.harness import Case, Subject
 from conformance.judge.tolerance import compare_to_oracle
-from conformance.run.workers import ImplementationClient, open_clients
+from conformance.run.worker_clients import ImplementationClient, open_clients
 from impls.registry import RegistryError, resolve
 from perf.gates import Gate
 from perf.timing import SETTLE_SECONDS, attention_flops, interleaved

@@ -11,8 +11,8 @@ from functools import partial
 import numpy as np
 import pytest
 
-import conformance.run.spawning as spawning
-from conformance.run.workers import open_clients
+import conformance.run.fork_server_client as fork_server_client
+from conformance.run.worker_clients import open_clients
 from perf.measure import milliseconds, require_timing
 from perf.timing import interleaved, wall_time
 from tests.suite_process import run_suite
@@ -111,14 +111,14 @@ def start_call_and_close(selector: str, sandbox: bool = True) -> None:
 
 def test_a_forked_worker_starts_in_a_fraction_of_a_started_ones_time(perf_table, monkeypatch):
     """Every implementation gets a worker in each process of a run, and again after each death:
-    a few hundred over the zoo. Forked from the spawner, a worker must cost at most half of one
-    started as ``python -m impls.worker`` (a fresh interpreter importing NumPy)."""
-    if not spawning.WORKERS_ARE_FORKED:
+    a few hundred over the zoo. Forked from the fork server, a worker must cost at most half of one
+    started as ``python -m impls.worker_process`` (a fresh interpreter importing NumPy)."""
+    if not fork_server_client.WORKERS_ARE_FORKED:
         pytest.skip("workers are not forked on this platform")
 
     def started_as(forked: bool):
         def start() -> None:
-            monkeypatch.setattr(spawning, "WORKERS_ARE_FORKED", forked)
+            monkeypatch.setattr(fork_server_client, "WORKERS_ARE_FORKED", forked)
             start_call_and_close("numpy")
 
         return start
@@ -146,7 +146,7 @@ def test_a_confined_worker_starts_in_about_an_unconfined_ones_time(perf_table):
     """What confining a worker costs (impls/sandbox.py, once per worker: a ruleset of a few dozen
     paths, the capabilities dropped), reported beside an unconfined start; within 10 %, or 5 ms,
     of it is the gate."""
-    if not spawning.WORKERS_ARE_FORKED:
+    if not fork_server_client.WORKERS_ARE_FORKED:
         pytest.skip("workers are not forked on this platform")
     timings = interleaved(
         {

@@ -18,7 +18,8 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from conformance.run.workers import ImplementationClient, Sent
+from conformance.run.worker_clients import ImplementationClient
+from impls.messages import InputArray
 
 OVERHEAD_PROBES = 5  # requests that time no call, for the line's own cost
 # A call's time as the judge's clock bounds it may exceed the worker's report by this share of
@@ -37,7 +38,7 @@ class WorkerClock:
     (with ``timer=WorkerClock.timed``): each returns the worker's seconds for one call."""
 
     client: ImplementationClient
-    inputs: list[Sent]
+    inputs: list[InputArray]
     causal: bool = True
     settle_seconds: float = 0.0
     batch: int = BATCH

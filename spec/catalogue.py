@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from spec.features import FEATURE_NAMES, NO_FEATURE
+
 CATALOGUE_PATH = Path(__file__).with_name("claims.toml")
 
 LEVELS = ("MUST", "SHOULD", "INFO")
@@ -33,8 +35,8 @@ GROUPS = (
 _REQUIRED = ("id", "level", "section", "group", "statement", "checked_on")
 _OPTIONAL = ("follows_from", "erratum", "refines")
 _EXTENSION_FIELDS = ("convention", "capability")  # required in extension sections, else refused
-# The Capabilities flags an extension claim may need (impls.contract.Capabilities)
-CAPABILITIES = ("gqa", "window", "key_lengths", "packed", "none")
+# What an extension claim may need declared: a feature, or nothing
+CAPABILITIES = (*FEATURE_NAMES, NO_FEATURE)
 
 
 class CatalogueError(ValueError):

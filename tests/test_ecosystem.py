@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conformance.report import ecosystem
-from conformance.run.workers import open_clients
+from conformance.run.worker_clients import open_clients
 from impls.ecosystem.findings import FINDINGS
 from impls.registry import ECOSYSTEM, resolve
 from spec.dtypes import round_to

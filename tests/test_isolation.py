@@ -27,6 +27,7 @@ MISBEHAVING = [
     f"{MEDDLING}:registers_a_plugin",
     f"{MEDDLING}:changes_global_state",
     f"{MEDDLING}:prints_ten_megabytes",
+    f"{MEDDLING}:forges_an_answer",
 ]
 # What numpy meets when judged alone: every claim on implementations but the SHOULD it does not
 # meet (a dense A @ V spreads a future NaN) and the two that need autograd.

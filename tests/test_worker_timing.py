@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conformance.run.workers import open_clients
+from conformance.run.worker_clients import open_clients
 from perf.worker_timing import WorkerClock
 
 

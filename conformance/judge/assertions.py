@@ -17,7 +17,7 @@ from conformance.judge.diagnosis import conclude, describe_diagnosis, diagnose
 from conformance.judge.harness import Case, Document, Subject
 from conformance.judge.tolerance import Comparison, compare_to_oracle
 from conformance.judge.truth import CaseTruth
-from conformance.run.workers import ImplementationRaised
+from conformance.run.worker_clients import ImplementationRaised
 from impls.contract import CONVENTIONS
 
 

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from conformance.run.recording import TestNotes
-from conformance.run.workers import ImplementationBroke, ImplementationClient
+from conformance.run.worker_clients import ImplementationBroke, ImplementationClient
 from spec.dtypes import round_to
+from spec.features import FEATURES, Feature
 from spec.formula import causal_mask
 
 
@@ -38,12 +39,13 @@ class Case:
     # k's and v's heads; None: as many as q's, whatever with_(heads=...) makes that (fewer is
     # grouped-query attention)
     kv_heads: int | None = None
+    # A field per keyword of spec.features.FEATURES; None: not set
     window: int | None = None
     key_lengths: tuple[int, ...] | None = None
     query_lengths: tuple[int, ...] | None = None
     cu_seqlens_q: tuple[int, ...] | None = None  # packed sequences: a batch of one
     cu_seqlens_k: tuple[int, ...] | None = None
-    layout: str = "contiguous"  # how the worker lays the inputs out (impls.contract.LAYOUTS)
+    layout: str = "contiguous"  # how the worker lays the inputs out (impls.capabilities.LAYOUTS)
     poison_allocations: bool = False  # fresh allocations read as NaN during the call
 
     def __post_init__(self) -> None:
@@ -73,18 +75,20 @@ class Case:
 
     @property
     def variant(self) -> dict:
-        """The extensions' keyword arguments this case sets (none for the document's cases)."""
+        """The features' keyword arguments this case sets (none for the document's cases)."""
         return {
-            name: value
-            for name, value in (
-                ("window", self.window),
-                ("key_lengths", self.key_lengths),
-                ("query_lengths", self.query_lengths),
-                ("cu_seqlens_q", self.cu_seqlens_q),
-                ("cu_seqlens_k", self.cu_seqlens_k),
-            )
-            if value is not None
+            keyword: getattr(self, keyword)
+            for feature in FEATURES
+            for keyword in feature.keywords
+            if getattr(self, keyword) is not None
         }
+
+    def needs(self, feature: Feature) -> bool:
+        """Whether calling this case needs ``feature`` declared: a keyword of it set, or, for
+        grouped heads, which no keyword carries, fewer k/v heads than q heads."""
+        if feature.keywords:
+            return any(getattr(self, keyword) is not None for keyword in feature.keywords)
+        return feature.name == "gqa" and self.key_value_heads != self.heads
 
     @property
     def out_shape(self) -> tuple[int, int, int, int]:
@@ -102,11 +106,7 @@ class Case:
             f" {name}={value}"
             for name, value, default in (
                 ("Hkv", self.key_value_heads, self.heads),
-                ("window", self.window, None),
-                ("key_lengths", self.key_lengths, None),
-                ("query_lengths", self.query_lengths, None),
-                ("cu_seqlens_q", self.cu_seqlens_q, None),
-                ("cu_seqlens_k", self.cu_seqlens_k, None),
+                *((name, value, None) for name, value in self.variant.items()),
                 ("layout", self.layout, "contiguous"),
                 ("poison_allocations", self.poison_allocations, False),
             )
@@ -214,15 +214,10 @@ class Subject:
                 ("Dv != D", case.value_dim != case.head_dim, caps.distinct_value_dim),
                 ("attention weights", weights, caps.exposes_weights),
                 ("autograd", autograd, caps.autograd),
-                (
-                    "gqa (fewer k/v heads than q heads)",
-                    case.key_value_heads != case.heads,
-                    caps.gqa,
+                *(
+                    (feature.missing, case.needs(feature), caps.declares(feature.name))
+                    for feature in FEATURES
                 ),
-                ("window", case.window is not None, caps.window),
-                ("key_lengths", case.key_lengths is not None, caps.key_lengths),
-                ("query_lengths", case.query_lengths is not None, caps.query_lengths),
-                ("packed sequences", case.cu_seqlens_q is not None, caps.packed),
             )
             if needed and not declared
         ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.run.selection import Selected
-from conformance.run.workers import (
+from conformance.run.worker_clients import (
     ImplementationBroke,
     ImplementationClient,
     ImplementationDied,

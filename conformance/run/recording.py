@@ -20,7 +20,11 @@ from conformance.run.collection import (
     suite_test_id,
 )
 from conformance.run.ledger import Ledger, TestOutcome, worst_fraction
-from conformance.run.workers import ImplementationBroke, ImplementationDied, ImplementationRaised
+from conformance.run.worker_clients import (
+    ImplementationBroke,
+    ImplementationDied,
+    ImplementationRaised,
+)
 from spec.catalogue import Catalogue
 
 RECORD_ATTRIBUTE = "attnspec"  # the report attribute that carries a TestRecord's fields

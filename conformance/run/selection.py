@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from conformance.run.workers import ImplementationClient, open_clients
+from conformance.run.worker_clients import ImplementationClient, open_clients
+from impls.messages import Description
 from impls.registry import BUILTINS, RegistryError
 
 ENV_VAR = "ATTNSPEC_IMPL"
@@ -53,10 +54,10 @@ def select(
     in_process: bool = False,
     sandbox: bool = True,
     call_timeout: float | None = None,
-    descriptions: dict[str, dict] | None = None,
+    descriptions: dict[str, Description] | None = None,
 ) -> list[Selected]:
     """The selection: ``--impl`` wins, then ``$ATTNSPEC_IMPL``, then every built-in, each
-    implementation behind a client of its own worker (see :mod:`conformance.run.workers`).
+    implementation behind a client of its own worker (see :mod:`conformance.run.worker_clients`).
 
     Raises :class:`impls.registry.RegistryError` for a name that resolves to nothing.
     """

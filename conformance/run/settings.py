@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conformance.run.selection import ENV_VAR, split_names
-from conformance.run.workers import DEFAULT_CALL_TIMEOUT
+from conformance.run.worker_clients import DEFAULT_CALL_TIMEOUT
 from impls.sandbox import Confinement, expected_confinement
 from spec.catalogue import load_catalogue
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 
-from impls.contract import usable_cores
+from impls.machine import usable_cores
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 

@@ -3,15 +3,19 @@
 Each returns a wrong answer (zeros) and, from inside its call, does something that in the
 judge's own process would hide it or disturb the run: raise what pytest reads as a skip, patch
 the suite's assertions or pytest itself, register a plugin that rewrites failures as passes,
-change NumPy's or PyTorch's global state, or print without end. In a worker process of its own
+change NumPy's or PyTorch's global state, print without end, or send the judge a message that
+would run code there. In a worker process of its own
 none of it reaches the judge, and each one FAILS.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+import pickle
 import sys
 import unittest
+from multiprocessing.connection import Connection
 
 import numpy as np
 import pytest
@@ -95,4 +99,19 @@ def prints_ten_megabytes(q, k, v, *, causal=True, scale=None):
     a few calls has more to show than the judge shows), and answers wrongly."""
     sys.stdout.write(("x" * (10 << 20) if not _printed else "another call ".ljust(1 << 10)) + "\n")
     _printed.append(True)
+    return _wrong(q, v)
+
+
+class _RunsInTheJudge:
+    """Unpickled, it runs its code: what a judge that unpickled anything would do."""
+
+    def __reduce__(self):
+        return (exec, ("import impls; impls.LINE_FORGED = True",))
+
+
+def forges_an_answer(q, k, v, *, causal=True, scale=None):
+    """Sends the judge, down its own worker's line (the descriptor in the worker's argv), a
+    message that runs code in the judge if the judge unpickles it, then answers."""
+    line = Connection(os.dup(int(sys.argv[1])))
+    line.send_bytes((0).to_bytes(4, "little") + pickle.dumps(_RunsInTheJudge(), protocol=5))
     return _wrong(q, v)

@@ -1,12 +1,12 @@
-"""How the judge starts an implementation's worker: forked by :mod:`impls.spawner` on Linux,
-``python -m impls.worker`` elsewhere.
+"""The judge's end of the fork-server line: how it starts an implementation's worker, forked by
+:mod:`impls.fork_server` on Linux, ``python -m impls.worker_process`` elsewhere.
 
 Both give the process the judge's environment, ``sys.path`` and current directory and nothing
-of the judge's own state; forking from the spawner spares each worker the interpreter's start
-and NumPy's import. The spawner is started once per judge process and environment (a judge that
-changes its environment gets another, so the variables a library reads at import - thread
+of the judge's own state; forking from the fork server spares each worker the interpreter's start
+and NumPy's import. The fork server is started once per judge process and environment (a judge
+that changes its environment gets another, so the variables a library reads at import - thread
 counts - are the ones the worker is started with). :class:`ForkedWorker` is the part of
-``subprocess.Popen`` that :class:`conformance.run.workers.ProcessChannel` uses.
+``subprocess.Popen`` that :class:`conformance.run.worker_clients.ProcessChannel` uses.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import atexit
 import contextlib
 import json
 import os
-import pickle
 import select
 import signal
 import socket
@@ -24,51 +23,67 @@ import sys
 import threading
 from typing import IO
 
+from impls.messages import (
+    Refused,
+    StartWorker,
+    StillRunning,
+    WaitForWorker,
+    WorkerExited,
+    WorkerStarted,
+    dumps,
+    loads,
+)
+
 # macOS forks badly once system frameworks are loaded (Python's multiprocessing stopped forking
 # there for that), and Windows cannot fork.
 WORKERS_ARE_FORKED = sys.platform == "linux"
-SPAWNER_GRACE = 30.0  # seconds the spawner may take to answer beyond a wait it was asked for
+FORK_SERVER_GRACE = 30.0  # seconds the fork server may take to answer beyond a wait asked of it
 
 
-class SpawnerGone(ChildProcessError):
-    """The spawner ended or stopped answering; what it knew of its workers went with it."""
+class ForkServerGone(ChildProcessError):
+    """The fork server ended or stopped answering; what it knew of its workers went with it."""
 
 
-class Spawner:
-    """A running :mod:`impls.spawner` and the judge's end of its line."""
+class ForkServer:
+    """A running :mod:`impls.fork_server` and the judge's end of its line."""
 
     def __init__(self, env: dict[str, str]):
-        judge_end, spawner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        judge_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "impls.spawner", str(spawner_end.fileno())],
-            pass_fds=(spawner_end.fileno(),),
+            [sys.executable, "-m", "impls.fork_server", str(server_end.fileno())],
+            pass_fds=(server_end.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=env,
         )
-        spawner_end.close()
+        server_end.close()
         self.line = judge_end
         self.lock = threading.Lock()
         self.gone = False
 
-    def ask(self, request: tuple, fds: tuple[int, ...] = (), timeout: float | None = None):
+    def ask(
+        self,
+        request: StartWorker | WaitForWorker,
+        fds: tuple[int, ...] = (),
+        timeout: float | None = None,
+    ) -> WorkerStarted | WorkerExited | StillRunning:
         if self.gone:
-            raise SpawnerGone("the worker spawner had ended before")
+            raise ForkServerGone("the worker fork server had ended before")
         with self.lock:
             try:
-                self.line.settimeout(None if timeout is None else timeout + SPAWNER_GRACE)
-                socket.send_fds(self.line, [pickle.dumps(request)], list(fds))
-                reply = self.line.recv(1 << 16)
+                self.line.settimeout(None if timeout is None else timeout + FORK_SERVER_GRACE)
+                socket.send_fds(self.line, [dumps(request)], list(fds))
+                payload = self.line.recv(1 << 16)
             except (OSError, TimeoutError) as exc:
                 self.close()
-                raise SpawnerGone(f"the worker spawner stopped answering ({exc})") from None
-        if not reply:
+                raise ForkServerGone(f"the worker fork server stopped answering ({exc})") from None
+        if not payload:
             self.close()
-            raise SpawnerGone(f"the worker spawner ended ({self.process.returncode})")
-        reply = pickle.loads(reply)
-        if reply[0] not in ("started", "exited", "running"):
-            raise ChildProcessError(f"the worker spawner answered {reply}")
+            raise ForkServerGone(f"the worker fork server ended ({self.process.returncode})")
+        reply = loads(payload, (WorkerStarted, WorkerExited, StillRunning, Refused))
+        if isinstance(reply, Refused):
+            raise ChildProcessError(f"the worker fork server refused: {reply.message}")
         return reply
 
     def close(self) -> None:
@@ -90,14 +105,14 @@ def ended(pidfd: int) -> bool:
 
 
 class ForkedWorker:
-    """A worker forked by a spawner, driven as a ``subprocess.Popen``: poll, wait, kill."""
+    """A worker forked by a fork server, driven as a ``subprocess.Popen``: poll, wait, kill."""
 
-    def __init__(self, spawner: Spawner, pid: int):
-        self.spawner = spawner
+    def __init__(self, fork_server: ForkServer, pid: int):
+        self.fork_server = fork_server
         self.pid = pid
         self.returncode: int | None = None
-        self.left_running = 0  # its descendants that outlived it (the spawner killed them)
-        # Readable once the process has ended: whether it lives, without asking the spawner (the
+        self.left_running = 0  # its descendants that outlived it (the fork server killed them)
+        # Readable once the process has ended: whether it lives, without asking the fork server (the
         # judge asks before every call).
         try:
             self.pidfd = os.pidfd_open(pid)
@@ -106,11 +121,11 @@ class ForkedWorker:
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            reply = self.spawner.ask(("wait", self.pid, timeout), timeout=timeout)
-            if reply[0] == "running":
+            reply = self.fork_server.ask(WaitForWorker(self.pid, timeout), timeout=timeout)
+            if isinstance(reply, StillRunning):
                 raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
-            self.set_returncode(reply[1])
-            self.left_running = reply[2]
+            self.set_returncode(reply.returncode)
+            self.left_running = reply.left_running
         return self.returncode
 
     def set_returncode(self, returncode: int) -> None:
@@ -128,7 +143,7 @@ class ForkedWorker:
             return self.wait(timeout=0)
         except subprocess.TimeoutExpired:
             return None
-        except SpawnerGone:
+        except ForkServerGone:
             # Its parent is gone, so it has ended or will not be waited for: either way it
             # serves no more calls.
             self.set_returncode(-signal.SIGKILL)
@@ -141,26 +156,26 @@ class ForkedWorker:
             os.kill(self.pid, signal.SIGKILL)
         try:
             self.wait()
-        except SpawnerGone:
+        except ForkServerGone:
             self.set_returncode(-signal.SIGKILL)
 
 
-SPAWNERS: dict[tuple, Spawner] = {}
+FORK_SERVERS: dict[tuple, ForkServer] = {}
 
 
-def spawner_for(env: dict[str, str]) -> Spawner:
+def fork_server_for(env: dict[str, str]) -> ForkServer:
     key = (sys.executable, tuple(sorted(env.items())))
-    spawner = SPAWNERS.get(key)
-    if spawner is None or spawner.gone:
-        spawner = SPAWNERS[key] = Spawner(env)
-    return spawner
+    server = FORK_SERVERS.get(key)
+    if server is None or server.gone:
+        server = FORK_SERVERS[key] = ForkServer(env)
+    return server
 
 
 @atexit.register
-def close_spawners() -> None:
-    for spawner in SPAWNERS.values():
-        if not spawner.gone:
-            spawner.close()
+def close_fork_servers() -> None:
+    for server in FORK_SERVERS.values():
+        if not server.gone:
+            server.close()
 
 
 def start_worker(
@@ -178,7 +193,7 @@ def start_worker(
             [
                 sys.executable,
                 "-m",
-                "impls.worker",
+                "impls.worker_process",
                 str(worker_end.fileno()),
                 json.dumps(paths),
                 selector,
@@ -191,11 +206,14 @@ def start_worker(
             stderr=subprocess.STDOUT,
             env=env,
         )
-    request = ("start", selector, paths, os.getcwd(), scratch)
+    request = StartWorker(selector, tuple(paths), os.getcwd(), scratch)
     fds = (worker_end.fileno(), output.fileno())
+
+    def fork() -> ForkedWorker:
+        server = fork_server_for(env)
+        return ForkedWorker(server, server.ask(request, fds, timeout=0).pid)
+
     try:
-        spawner = spawner_for(env)
-        return ForkedWorker(spawner, spawner.ask(request, fds, timeout=0)[1])
-    except SpawnerGone:  # ended by something outside, say: one more try, with a fresh one
-        spawner = spawner_for(env)
-        return ForkedWorker(spawner, spawner.ask(request, fds, timeout=0)[1])
+        return fork()
+    except ForkServerGone:  # ended by something outside, say: one more try, with a fresh one
+        return fork()

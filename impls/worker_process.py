@@ -1,25 +1,21 @@
-"""The implementation's side of the line: a process that resolves one selector and serves calls.
+"""The worker process: the implementation's end of the worker line, serving one selector.
 
 The judge (``conformance/``) never imports an implementation's module. It runs this module in a
-process of its own (forked by :mod:`impls.spawner`, or ``python -m impls.worker FD PATHS
-SELECTOR``), which resolves the selector, says what
-the implementation declares, and then answers requests: NumPy arrays in, NumPy arrays out, with
-everything the contract does on native arrays (conversion, the call, autograd) done here. Whatever
-the implementation raises, prints or patches stays in this process; a crash or a hang ends it and
-nothing else.
-
-Messages are pickled with protocol 5, NumPy arrays as out-of-band buffers (one copy each way).
+process of its own (forked by :mod:`impls.fork_server`, or ``python -m impls.worker_process FD
+PATHS SELECTOR SCRATCH``), which resolves the selector, says what the implementation declares
+(:class:`impls.messages.Ready`), and then answers each :class:`impls.messages.Call`: NumPy
+arrays in, NumPy arrays out, with everything the contract does on native arrays (conversion, the
+call, autograd) done here. Whatever the implementation raises, prints or patches stays in this
+process; a crash or a hang ends it and nothing else.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import faulthandler
 import functools
 import json
 import os
-import pickle
 import sys
 import time
 import traceback
@@ -31,59 +27,43 @@ from typing import Any
 import numpy as np
 
 from impls.contract import Implementation
+from impls.messages import (
+    OPS,
+    Answered,
+    Broke,
+    Call,
+    Close,
+    Description,
+    InputArray,
+    NotChecked,
+    NotResolved,
+    OutputArray,
+    Raised,
+    Ready,
+    Timed,
+    receive,
+    send,
+)
 from impls.sandbox import Confinement, become_subreaper, confine
 
-OPS = ("attention", "attention_weights", "vjp", "timed_attention")
+Answer = Answered | Timed | Raised | Broke | NotChecked
 
 
-IN_BAND_BYTES = 1 << 20  # below this, one message each way beats saving a copy
+def describe(impl, confinement: Confinement | None = None) -> Description:
+    """What the judge needs to know of an implementation."""
+    return Description(
+        name=impl.name,
+        family=impl.family,
+        device=impl.device,
+        version=impl.version(),
+        capabilities=impl.capabilities,
+        unavailable_reason=impl.unavailable_reason(),
+        call_timeout=getattr(impl, "call_timeout", None),
+        **({"sandbox": confinement.describe()} if confinement else {}),
+    )
 
 
-def send_message(conn: Connection, message: Any) -> None:
-    buffers: list[pickle.PickleBuffer] = []
-    payload = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
-    if sum(buffer.raw().nbytes for buffer in buffers) < IN_BAND_BYTES:
-        # Small arrays: one message (one system call, one wake-up of the other side).
-        buffers = []
-        payload = pickle.dumps(message, protocol=5)
-    # Head: the number of out-of-band buffers and their sizes, 8 bytes each, then the pickle.
-    sizes = b"".join(buffer.raw().nbytes.to_bytes(8, "little") for buffer in buffers)
-    conn.send_bytes(len(buffers).to_bytes(4, "little") + sizes + payload)
-    for buffer in buffers:
-        conn.send_bytes(buffer.raw())
-
-
-def recv_message(conn: Connection) -> Any:
-    head = conn.recv_bytes()
-    count = int.from_bytes(head[:4], "little")
-    sizes = [int.from_bytes(head[4 + 8 * i : 12 + 8 * i], "little") for i in range(count)]
-    # Writable buffers: an implementation may use its inputs as scratch space, as it could when
-    # it ran in the judge's process; what it writes there stays in its worker.
-    buffers = []
-    for size in sizes:
-        buffer = bytearray(size)
-        if size:
-            conn.recv_bytes_into(buffer)
-        else:
-            conn.recv_bytes()
-        buffers.append(buffer)
-    return pickle.loads(head[4 + 8 * count :], buffers=buffers)
-
-
-def describe(impl) -> dict:
-    """What the judge needs to know of an implementation, in plain data."""
-    return {
-        "name": impl.name,
-        "family": impl.family,
-        "device": impl.device,
-        "version": impl.version(),
-        "capabilities": dataclasses.asdict(impl.capabilities),
-        "unavailable_reason": impl.unavailable_reason(),
-        "call_timeout": getattr(impl, "call_timeout", None),
-    }
-
-
-def returned(impl, native) -> dict:
+def returned(impl, native, input_device: str) -> OutputArray:
     """A native array as plain data; a TypeError names what breaks the contract."""
     try:
         array = impl.to_numpy(native)
@@ -97,7 +77,7 @@ def returned(impl, native) -> dict:
 
     if not isinstance(array, np.ndarray):
         raise TypeError(f"to_numpy gave {type(array).__qualname__}, but should give numpy.ndarray")
-    return {"array": array, "dtype": dtype, "device": device}
+    return OutputArray(array, dtype, device, input_device)
 
 
 INPUT_NAMES = ("q", "k", "v", "grad_out")
@@ -166,13 +146,15 @@ def suite_view(impl, helper: str, layout: str, make: Callable[[], Any]) -> Any:
         ) from None
 
 
-def laid_out(impl, arrays: list[tuple[Any, str]], layout: str) -> list:
-    """The inputs as native arrays in ``layout`` (impls.contract.LAYOUTS): q, k and v as views
-    into larger arrays made by the implementation's own conversion, anything after them dense."""
+def laid_out(impl, arrays: tuple[InputArray, ...], layout: str) -> list:
+    """The inputs as native arrays in ``layout`` (impls.capabilities.LAYOUTS): q, k and v as
+    views into larger arrays made by the implementation's own conversion, anything after them
+    dense."""
     if layout == "contiguous":
-        return [impl.from_numpy(array, dtype) for array, dtype in arrays]
-    natives = [impl.from_numpy(array, dtype) for array, dtype in arrays[3:]]
-    (q, dtype), (k, _), (v, _) = arrays[:3]
+        return [impl.from_numpy(a.array, a.dtype) for a in arrays]
+    natives = [impl.from_numpy(a.array, a.dtype) for a in arrays[3:]]
+    q, k, v = (a.array for a in arrays[:3])
+    dtype = arrays[0].dtype
     qkv = (q, k, v)
     view = functools.partial(suite_view, impl, layout=layout)
     if layout == "heads_last":
@@ -215,50 +197,42 @@ def laid_out(impl, arrays: list[tuple[Any, str]], layout: str) -> list:
 ROW_GAP = 8  # elements between one row's end and the next row's start in the row_gaps layout
 
 
-def handle(
-    impl,
-    op: str,
-    arrays: list[tuple[Any, str]],
-    kwargs: dict,
-    layout: str = "contiguous",
-    poison: bool = False,
-) -> tuple:
-    """One request: ("ok", result), ("raised", type, message, traceback) when the
-    implementation raised anything at all, ("broke", message) when what it returned, or how it
-    converted its inputs, breaks the contract, or ("not-checked", why) when the suite's own
-    helpers cannot lay its inputs out as asked. With ``poison`` the call runs inside the
-    implementation's poisoned_allocations(): memory it never writes reads as NaN."""
-    if op not in OPS:
-        return ("broke", f"unknown operation {op!r}")
+def handle(impl, call: Call) -> Answer:
+    """One call's answer: :class:`Raised` when the implementation raised anything at all,
+    :class:`Broke` when what it returned, or how it converted its inputs, breaks the contract,
+    :class:`NotChecked` when the suite's own helpers cannot lay its inputs out as asked. With
+    ``call.poison`` the call runs inside the implementation's poisoned_allocations(): memory it
+    never writes reads as NaN."""
+    if call.op not in OPS:
+        return Broke(f"unknown operation {call.op!r}")
     try:
-        natives = laid_out(impl, arrays, layout)
+        natives = laid_out(impl, call.arrays, call.layout)
     except LayoutUnavailable as exc:
-        return ("not-checked", str(exc))
+        return NotChecked(str(exc))
     except BaseException as exc:
-        return ("broke", f"converting its inputs raised {type(exc).__name__}: {exc}")
-    if op == "timed_attention":
-        return timed(impl, natives, **kwargs)
+        return Broke(f"converting its inputs raised {type(exc).__name__}: {exc}")
+    if call.op == "timed_attention":
+        return timed(impl, natives, **call.keywords)
     before = snapshot(impl, natives)
     try:
-        with impl.poisoned_allocations() if poison else contextlib.nullcontext():
-            out = getattr(impl, op)(*natives, **kwargs)
+        with impl.poisoned_allocations() if call.poison else contextlib.nullcontext():
+            out = getattr(impl, call.op)(*natives, **call.keywords)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, pytest's outcomes: all failures
         return raised(exc)
     changed = changed_inputs(impl, natives, before)
     if changed:
-        return ("broke", changed)
+        return Broke(changed)
     try:
         input_device = impl.device_of(natives[0])
-        result = [returned(impl, grad) for grad in out] if op == "vjp" else returned(impl, out)
+        outputs = tuple(out) if call.op == "vjp" else (out,)
+        return Answered(tuple(returned(impl, output, input_device) for output in outputs))
     except BaseException as exc:
-        return ("broke", str(exc))
-    return ("ok", {"result": result, "input_device": input_device})
+        return Broke(str(exc))
 
 
-def raised(exc: BaseException) -> tuple:
+def raised(exc: BaseException) -> Raised:
     kind = type(exc)
-    return (
-        "raised",
+    return Raised(
         f"{kind.__module__}.{kind.__qualname__}"
         if kind.__module__ != "builtins"
         else kind.__qualname__,
@@ -267,10 +241,10 @@ def raised(exc: BaseException) -> tuple:
     )
 
 
-def timed(impl, natives: list, *, repeats: int, settle_seconds: float, **kwargs) -> tuple:
-    """("ok", {"seconds": [...]}): ``repeats`` calls of attention on the same inputs, each after
-    ``settle_seconds`` of quiet and timed by this process's clock. An implementation can patch
-    that clock; the judge checks the sum against its own (perf/worker_timing.py)."""
+def timed(impl, natives: list, *, repeats: int, settle_seconds: float, **kwargs) -> Answer:
+    """``repeats`` calls of attention on the same inputs, each after ``settle_seconds`` of quiet
+    and timed by this process's clock. An implementation can patch that clock; the judge checks
+    the sum against its own (perf/worker_timing.py)."""
     seconds = []
     try:
         for _ in range(repeats):
@@ -280,7 +254,7 @@ def timed(impl, natives: list, *, repeats: int, settle_seconds: float, **kwargs)
             seconds.append(time.perf_counter() - started)
     except BaseException as exc:
         return raised(exc)
-    return ("ok", {"seconds": seconds})
+    return Timed(tuple(seconds))
 
 
 def serve(conn: Connection, selector: str, confinement: Confinement) -> None:
@@ -288,29 +262,29 @@ def serve(conn: Connection, selector: str, confinement: Confinement) -> None:
 
     try:
         impl = resolve(selector)
-        description = describe(impl) | {"sandbox": confinement.describe()}
+        description = describe(impl, confinement)
     except RegistryError as exc:
-        send_message(conn, ("registry-error", str(exc)))
+        send(conn, NotResolved(str(exc)))
         return
     except BaseException as exc:
-        send_message(conn, ("registry-error", f"{selector!r}: {type(exc).__name__}: {exc}"))
+        send(conn, NotResolved(f"{selector!r}: {type(exc).__name__}: {exc}"))
         return
-    send_message(conn, ("ready", description))
+    send(conn, Ready(description))
     while True:
         try:
-            request = recv_message(conn)
+            request = receive(conn, (Call, Close))
         except EOFError:
             return
-        if request[0] == "close":
+        if isinstance(request, Close):
             return
-        reply = handle(impl, *request)
+        answer = handle(impl, request)
         sys.stdout.flush()
         sys.stderr.flush()
-        send_message(conn, reply)
+        send(conn, answer)
 
 
 def run(fd: int, paths: list[str], selector: str, scratch: str | None) -> None:
-    """The worker's life, in a process started for it or forked for it by :mod:`impls.spawner`;
+    """The worker's life, in a process started for it or forked for it by :mod:`impls.fork_server`;
     it never returns. With a ``scratch`` directory, it is confined (:mod:`impls.sandbox`) before
     the selector is resolved, so nothing of the implementation runs unconfined."""
     sys.path[:] = paths  # the judge's: a kernel file in its current directory resolves here too

@@ -1,6 +1,6 @@
-"""A worker forked by the spawner is the process ``python -m impls.worker`` would have started:
+"""A worker forked by the fork server is the process ``python -m impls.worker_process`` would start:
 the judge's environment, path and directory, no module of the judge, random state of its own;
-its end is told as a started worker's is; and a spawner that dies is replaced."""
+its end is told as a started worker's is; and a fork server that dies is replaced."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pytest
 
-import conformance.run.spawning as spawning
-from conformance.run.workers import ImplementationDied, open_clients
+import conformance.run.fork_server_client as fork_server_client
+from conformance.run.worker_clients import ImplementationDied, open_clients
 
 INTROSPECTING = "tests.planted.introspecting:attention"
 HOW = {"forked": True, "started": False}
@@ -21,7 +21,7 @@ HOW = {"forked": True, "started": False}
 
 @pytest.fixture(params=list(HOW))
 def how(request, monkeypatch):
-    monkeypatch.setattr(spawning, "WORKERS_ARE_FORKED", HOW[request.param])
+    monkeypatch.setattr(fork_server_client, "WORKERS_ARE_FORKED", HOW[request.param])
     return request.param
 
 
@@ -36,12 +36,12 @@ def worker_facts(selector: str = INTROSPECTING) -> dict:
 
 def test_a_forked_worker_sees_what_a_started_one_sees(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNSPEC_TEST_MARK", "set by the judge")
-    monkeypatch.setattr(spawning, "WORKERS_ARE_FORKED", True)
-    worker_facts()  # the spawner starts here, so the directory changes after its start
+    monkeypatch.setattr(fork_server_client, "WORKERS_ARE_FORKED", True)
+    worker_facts()  # the fork server starts here, so the directory changes after its start
     monkeypatch.chdir(tmp_path)
     seen = {}
     for how, forked in HOW.items():
-        monkeypatch.setattr(spawning, "WORKERS_ARE_FORKED", forked)
+        monkeypatch.setattr(fork_server_client, "WORKERS_ARE_FORKED", forked)
         seen[how] = worker_facts()
         assert seen[how]["cwd"] == str(tmp_path), how
         assert seen[how]["mark"] == "set by the judge", how
@@ -55,16 +55,16 @@ def test_a_forked_worker_sees_what_a_started_one_sees(tmp_path, monkeypatch):
 def test_forked_workers_draw_their_own_random_numbers(monkeypatch):
     """The global NumPy and Python generators are seeded afresh in each worker, as they are in a
     started interpreter: not one state copied into every fork."""
-    monkeypatch.setattr(spawning, "WORKERS_ARE_FORKED", True)
+    monkeypatch.setattr(fork_server_client, "WORKERS_ARE_FORKED", True)
     first, second = worker_facts(), worker_facts()
     assert first["numpy_draw"] != second["numpy_draw"]
     assert first["python_draw"] != second["python_draw"]
 
 
-def test_a_changed_environment_gets_a_spawner_of_its_own(monkeypatch):
+def test_a_changed_environment_gets_a_fork_server_of_its_own(monkeypatch):
     """What a library reads from the environment at import (thread counts) is read in the
-    spawner, so a judge that changes its environment must not be served by the old one."""
-    monkeypatch.setattr(spawning, "WORKERS_ARE_FORKED", True)
+    fork server, so a judge that changes its environment must not be served by the old one."""
+    monkeypatch.setattr(fork_server_client, "WORKERS_ARE_FORKED", True)
     for mark in ("first", "second"):
         monkeypatch.setenv("ATTNSPEC_TEST_MARK", mark)
         assert worker_facts()["mark"] == mark
@@ -88,20 +88,20 @@ def test_a_worker_that_dies_is_told_by_its_cause(how, selector, cause):
         client.close()
 
 
-def test_a_spawner_that_dies_is_replaced_and_its_workers_still_serve(monkeypatch):
-    monkeypatch.setattr(spawning, "WORKERS_ARE_FORKED", True)
+def test_a_fork_server_that_dies_is_replaced_and_its_workers_still_serve(monkeypatch):
+    monkeypatch.setattr(fork_server_client, "WORKERS_ARE_FORKED", True)
     [before] = open_clients(["numpy"])
     x = before.from_numpy(np.ones((1, 1, 4, 8)), "float64")
     try:
         before.attention(x, x, x)
-        spawner = before.channel.process.spawner
-        os.kill(spawner.process.pid, signal.SIGKILL)
-        spawner.process.wait()
+        server = before.channel.process.fork_server
+        os.kill(server.process.pid, signal.SIGKILL)
+        server.process.wait()
         # Its worker lives on, and is judged as before.
         assert before.attention(x, x, x).shape == (1, 1, 4, 8)
         [after] = open_clients(["numpy"])
         try:
-            assert after.channel.process.spawner is not spawner
+            assert after.channel.process.fork_server is not server
             assert after.attention(x, x, x).shape == (1, 1, 4, 8)
         finally:
             after.close()

@@ -1,10 +1,12 @@
-"""The judge's side of the line: each implementation runs in a worker process of its own.
+"""The judge's end of the worker line: each implementation runs in a worker process of its own.
 
 :class:`ImplementationClient` stands where an :class:`impls.contract.Implementation` stood: it
 declares the same things (name, family, device, capabilities) and takes the same calls, but
-every call crosses into the implementation's worker (:mod:`impls.worker`) and comes back as
-plain data. Nothing the implementation does in there - raise, print, patch a module, crash, hang
-- reaches the judge: a raise comes back as :class:`ImplementationRaised`, a result that breaks
+every call crosses into the implementation's worker (:mod:`impls.worker_process`) as a message
+of :mod:`impls.messages` and its answer comes back as one.
+
+Nothing the implementation does in there - raise, print, patch a module, crash, hang -
+reaches the judge: a raise comes back as :class:`ImplementationRaised`, a result that breaks
 the contract as :class:`ImplementationBroke`, a death or a hang as :class:`ImplementationDied`
 (the worker is started afresh for the next call; after :data:`CRASHES_BEFORE_GIVING_UP` deaths in
 a row the implementation is not called again).
@@ -13,7 +15,7 @@ Why the standard library and not loky or pebble: the suite must run from a plain
 nothing but numpy, pytest and hypothesis (a GPU runner with no network), and one worker per
 implementation, with nothing of the judge in it (never forked from the judge: a CUDA context and
 threads must not be inherited), with a deadline per call, is a few dozen lines of ``subprocess``
-and ``os.fork`` from a clean interpreter (:mod:`conformance.run.spawning`).
+and ``os.fork`` from a clean interpreter (:mod:`conformance.run.fork_server_client`).
 
 ``--in-process`` keeps the same client over an in-process channel, for pdb and profilers.
 """
@@ -29,17 +31,32 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import NoReturn
 
 import numpy as np
 
 import impls
-from conformance.run.spawning import ForkedWorker, start_worker
-from impls.contract import Capabilities
-from impls.worker import describe, handle, recv_message, send_message
+from conformance.run.fork_server_client import ForkedWorker, start_worker
+from impls.messages import (
+    ANSWERS,
+    GREETINGS,
+    Broke,
+    Call,
+    Close,
+    Description,
+    InputArray,
+    LineError,
+    NotChecked,
+    NotResolved,
+    OutputArray,
+    Raised,
+    Timed,
+    receive,
+    send,
+)
+from impls.worker_process import Answer, describe, handle
 
 DEFAULT_CALL_TIMEOUT = 120.0  # seconds; an implementation may declare its own (call_timeout)
 START_TIMEOUT = 300.0  # resolving a selector may import a large library and compile
@@ -70,32 +87,6 @@ class LayoutNotChecked(Exception):
 
 class ImplementationDied(Exception):
     """The implementation's worker died during a call, or did not return before the deadline."""
-
-
-@dataclass(frozen=True)
-class Sent:
-    """A test input on its way to the implementation: float64 values exact in ``dtype``."""
-
-    array: np.ndarray
-    dtype: str
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.array.shape
-
-
-@dataclass(frozen=True)
-class Returned:
-    """What came back: the array, and the dtype and device the implementation reported."""
-
-    array: np.ndarray
-    dtype: str
-    device: str
-    input_device: str
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.array.shape
 
 
 def exit_cause(returncode: int) -> str:
@@ -182,15 +173,18 @@ class ProcessChannel:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def request(self, message: Any, timeout: float) -> Any:
-        """The worker's reply to ``message``; ImplementationDied when it dies or runs past
-        ``timeout`` seconds (it is then killed)."""
+    def exchange(self, message: Call | None, accepted: tuple[type, ...], timeout: float):
+        """The worker's answer to ``message`` (None: its greeting), one of ``accepted``;
+        TimeoutError when it runs past ``timeout`` seconds (it is then killed), ChildProcessError
+        when it dies, LineError when it answers with something else (it is then killed too)."""
         try:
             if message is not None:
-                send_message(self.conn, message)
-            answered = self.conn.poll(timeout)
-            if answered:
-                return recv_message(self.conn)
+                send(self.conn, message)
+            if self.conn.poll(timeout):
+                return receive(self.conn, accepted)
+        except LineError:
+            self.kill()
+            raise
         except (EOFError, OSError):
             try:
                 returncode = self.process.wait(timeout=30)
@@ -202,6 +196,17 @@ class ProcessChannel:
             raise ChildProcessError(exit_cause(returncode)) from None
         self.kill()
         raise TimeoutError
+
+    def greeting(self, selector: str) -> Description:
+        """The handshake: the description a freshly started worker sends. RegistryError when the
+        selector resolves to nothing; TimeoutError, ChildProcessError or LineError as
+        :meth:`exchange` has them."""
+        from impls.registry import RegistryError
+
+        reply = self.exchange(None, GREETINGS, START_TIMEOUT)
+        if isinstance(reply, NotResolved):
+            raise RegistryError(reply.message)
+        return reply.description
 
     def kill(self) -> None:
         if self.process is not None:
@@ -218,7 +223,7 @@ class ProcessChannel:
     def close(self) -> None:
         if self.alive():
             try:
-                send_message(self.conn, ("close",))
+                send(self.conn, Close())
                 self.process.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -244,25 +249,14 @@ class InProcessChannel:
         self.selector = selector
         self.impl = resolve(selector)
 
-    def describe(self) -> dict:
+    def greeting(self, selector: str) -> Description:
         return describe(self.impl)
 
-    def handle(self, request: tuple) -> Any:
-        return handle(self.impl, *request)
+    def handle(self, call: Call) -> Answer:
+        return handle(self.impl, call)
 
     def close(self) -> None:
         pass
-
-
-def capabilities_from(data: dict) -> Capabilities:
-    return Capabilities(
-        **{
-            key: tuple(tuple(v) if isinstance(v, list) else v for v in value)
-            if isinstance(value, list)
-            else value
-            for key, value in data.items()
-        }
-    )
 
 
 class ImplementationClient:
@@ -271,18 +265,18 @@ class ImplementationClient:
     def __init__(
         self,
         selector: str,
-        description: dict,
+        description: Description,
         channel: ProcessChannel | InProcessChannel,
         call_timeout: float | None = None,
     ):
         self.selector = selector
         self.description = description
         self.channel = channel
-        self.name: str = description["name"]
-        self.family: str = description["family"]
-        self.device: str = description["device"]
-        self.capabilities = capabilities_from(description["capabilities"])
-        self.call_timeout = call_timeout or description["call_timeout"] or DEFAULT_CALL_TIMEOUT
+        self.name = description.name
+        self.family = description.family
+        self.device = description.device
+        self.capabilities = description.capabilities
+        self.call_timeout = call_timeout or description.call_timeout or DEFAULT_CALL_TIMEOUT
         self.deaths_in_a_row = 0
         self.crashed: str | None = None  # why it is not called again, once it crashed too often
         # why its first call broke the contract (conformance.judge.preflight): every later call
@@ -297,30 +291,30 @@ class ImplementationClient:
         return isinstance(self.channel, InProcessChannel)
 
     def version(self) -> str:
-        return self.description["version"]
+        return self.description.version
 
     def unavailable_reason(self) -> str | None:
-        return self.description["unavailable_reason"]
+        return self.description.unavailable_reason
 
     @property
     def sandbox(self) -> str:
         """How its worker is confined, as the worker found it (impls.sandbox.Confinement)."""
         if self.in_process:
             return "none (--in-process: it runs in the judge)"
-        return self.description.get("sandbox", "none (its worker did not say)")
+        return self.description.sandbox
 
     # --- the Implementation interface, over the line ----------------------------------------
 
-    def from_numpy(self, array: np.ndarray, dtype: str) -> Sent:
-        return Sent(np.asarray(array, np.float64), dtype)
+    def from_numpy(self, array: np.ndarray, dtype: str) -> InputArray:
+        return InputArray(np.asarray(array, np.float64), dtype)
 
-    def to_numpy(self, native: Returned) -> np.ndarray:
+    def to_numpy(self, native: OutputArray) -> np.ndarray:
         return native.array
 
-    def dtype_name(self, native: Returned) -> str:
+    def dtype_name(self, native: OutputArray) -> str:
         return native.dtype
 
-    def device_of(self, native: Returned) -> str:
+    def device_of(self, native: OutputArray) -> str:
         return native.device
 
     def attention(
@@ -334,9 +328,9 @@ class ImplementationClient:
         layout: str = "contiguous",
         poison: bool = False,
         **variant,
-    ) -> Returned:
+    ) -> OutputArray:
         """The call; ``variant`` holds the extensions' keywords (window, key_lengths) where a test
-        sets them, ``layout`` how the worker lays the inputs out (impls.contract.LAYOUTS), and
+        sets them, ``layout`` how the worker lays the inputs out (impls.capabilities.LAYOUTS), and
         ``poison`` whether fresh allocations read as NaN meanwhile."""
         return self.request(
             "attention",
@@ -372,18 +366,18 @@ class ImplementationClient:
     def request(
         self,
         op: str,
-        arrays: list[Sent],
+        arrays: list[InputArray],
         layout: str = "contiguous",
         poison: bool = False,
-        **kwargs,
+        **keywords,
     ):
         if self.broken:
             raise BrokenAtFirstCall(self.broken)
-        message = (op, [(a.array, a.dtype) for a in arrays], kwargs, layout, poison)
-        reply = self.channel.handle(message) if self.in_process else self.remote(op, message)
-        return self.unpack(op, reply)
+        call = Call(op, tuple(arrays), keywords, layout, poison)
+        answer = self.channel.handle(call) if self.in_process else self.remote(call)
+        return self.unpack(op, answer)
 
-    def remote(self, op: str, message: tuple):
+    def remote(self, call: Call) -> Answer:
         if self.crashed:
             raise ImplementationDied(self.crashed)
         channel: ProcessChannel = self.channel
@@ -391,34 +385,42 @@ class ImplementationClient:
             self.start_worker()
         started = time.monotonic()
         try:
-            reply = channel.request(message, self.call_timeout)
+            answer = channel.exchange(call, ANSWERS, self.call_timeout)
         except TimeoutError:
             self.died(
-                f"{self.name} did not return from {op}() within {self.call_timeout:g} s: it hangs "
-                "(its worker was killed; the next call starts a fresh one)"
+                f"{self.name} did not return from {call.op}() within {self.call_timeout:g} s: it "
+                "hangs (its worker was killed; the next call starts a fresh one)"
             )
         except ChildProcessError as exc:
             self.died(
                 f"{self.name} ended its worker process {time.monotonic() - started:.1f} s into "
-                f"{op}(): {exc}"
+                f"{call.op}(): {exc}"
             )
+        except LineError as exc:
+            self.died(f"{self.name}'s worker broke the line in {call.op}() (it was killed): {exc}")
         self.deaths_in_a_row = 0
-        return reply
+        return answer
 
     def start_worker(self) -> None:
+        """A fresh worker for the next call, which must be the implementation described before."""
+        from impls.registry import RegistryError
+
         channel: ProcessChannel = self.channel
         channel.start()
         try:
-            reply = channel.request(None, START_TIMEOUT)
+            description = channel.greeting(self.selector)
         except TimeoutError:
             self.died(f"{self.name}'s worker did not start within {START_TIMEOUT:g} s")
-        except ChildProcessError as exc:
-            self.died(f"{self.name}'s worker died while starting: {exc}")
-        if reply[0] != "ready" or reply[1]["name"] != self.name:
+        except (ChildProcessError, LineError, RegistryError) as exc:
             channel.kill()
-            self.died(f"{self.name}'s worker started as something else this time: {reply}")
+            self.died(f"{self.name}'s worker died while starting: {exc}")
+        if description.name != self.name:
+            channel.kill()
+            self.died(
+                f"{self.name}'s worker started as something else this time: {description.name}"
+            )
 
-    def died(self, cause: str):
+    def died(self, cause: str) -> NoReturn:
         self.deaths_in_a_row += 1
         if self.deaths_in_a_row >= CRASHES_BEFORE_GIVING_UP:
             self.crashed = (
@@ -427,24 +429,20 @@ class ImplementationClient:
             )
         raise ImplementationDied(cause)
 
-    def unpack(self, op: str, reply: tuple):
-        kind = reply[0]
-        if kind == "raised":
-            _, type_name, message, trace = reply
-            raise ImplementationRaised(self.name, op, type_name, message, trace)
-        if kind == "broke":
-            raise ImplementationBroke(f"{self.name} broke the contract in {op}(): {reply[1]}")
-        if kind == "not-checked":
-            raise LayoutNotChecked(reply[1])
-        data = reply[1]
-        if op == "timed_attention":
-            return data["seconds"]
-
-        def one(r: dict) -> Returned:
-            return Returned(r["array"], r["dtype"], r["device"], data["input_device"])
-
-        result = data["result"]
-        return tuple(one(r) for r in result) if isinstance(result, list) else one(result)
+    def unpack(self, op: str, answer: Answer):
+        if isinstance(answer, Raised):
+            raise ImplementationRaised(
+                self.name, op, answer.type_name, answer.message, answer.trace
+            )
+        if isinstance(answer, Broke):
+            raise ImplementationBroke(f"{self.name} broke the contract in {op}(): {answer.message}")
+        if isinstance(answer, NotChecked):
+            raise LayoutNotChecked(answer.why)
+        if isinstance(answer, Timed) != (op == "timed_attention"):
+            raise ImplementationBroke(f"{self.name}'s worker answered {op}() with a {answer}")
+        if isinstance(answer, Timed):
+            return list(answer.seconds)
+        return answer.outputs if op == "vjp" else answer.outputs[0]
 
     def take_output(self) -> str:
         """What the implementation printed since the last call of this, truncated."""
@@ -476,7 +474,7 @@ def open_clients(
     in_process: bool = False,
     sandbox: bool = True,
     call_timeout: float | None = None,
-    descriptions: dict[str, dict] | None = None,
+    descriptions: dict[str, Description] | None = None,
 ) -> list[ImplementationClient]:
     """A client per selector, each described by its own worker (started side by side; each
     stays up to serve calls, unless the implementation cannot run here). ``descriptions``, when
@@ -487,7 +485,7 @@ def open_clients(
     if in_process:
         channels = {s: InProcessChannel(s) for s in selectors}
         return [
-            ImplementationClient(s, channels[s].describe(), channels[s], call_timeout)
+            ImplementationClient(s, channels[s].greeting(s), channels[s], call_timeout)
             for s in selectors
         ]
     channels = {s: ProcessChannel(s, sandbox) for s in selectors}
@@ -500,12 +498,16 @@ def open_clients(
     clients, errors = [], []
     for selector, channel in channels.items():
         try:
-            reply = channel.request(None, START_TIMEOUT)
+            description = channel.greeting(selector)
+        except RegistryError as exc:
+            channel.discard()
+            errors.append(str(exc))
+            continue
         except TimeoutError:
             channel.discard()
             errors.append(f"{selector!r}: did not resolve within {START_TIMEOUT:g} s")
             continue
-        except ChildProcessError as exc:
+        except (ChildProcessError, LineError) as exc:
             output = channel.output.take().strip()
             channel.discard()
             errors.append(
@@ -513,11 +515,7 @@ def open_clients(
                 + (f"; it printed: {output[-1000:]}" if output else "")
             )
             continue
-        if reply[0] == "registry-error":
-            channel.discard()
-            errors.append(reply[1])
-            continue
-        client = ImplementationClient(selector, reply[1], channel, call_timeout)
+        client = ImplementationClient(selector, description, channel, call_timeout)
         if client.unavailable_reason():
             channel.close()
         clients.append(client)

@@ -1,30 +1,32 @@
-"""Starts implementation workers by forking, from a clean interpreter that has imported NumPy and
-:mod:`impls.worker` and nothing of any implementation.
+"""The fork server: the implementation's end of the fork-server line, forking workers from a clean
+interpreter that has imported NumPy and :mod:`impls.worker_process` and nothing of any
+implementation.
 
-A worker forked from here is the process ``python -m impls.worker`` would be - the judge's
-environment, its ``sys.path`` and current directory, no CUDA context, no thread of the judge -
-without paying for the interpreter and NumPy again: about 0.3 s of CPU per worker on a 2-core
-machine, and a run over the zoo starts a few hundred. The judge (``conformance/run/spawning.py``)
-starts one per process and environment, as ``python -m impls.spawner FD``.
+A worker forked from here is the process ``python -m impls.worker_process`` would be - the
+judge's environment, its ``sys.path`` and current directory, no CUDA context, no thread of the
+judge - without paying for the interpreter and NumPy again: about 0.3 s of CPU per worker on a
+2-core machine, and a run over the zoo starts a few hundred. The judge
+(``conformance/run/fork_server_client.py``) starts one per process and environment, as
+``python -m impls.fork_server FD``.
 
-The line to the judge is a Unix socket of packets, each a pickled request with the file
+The line is a Unix socket of packets, each a request of :mod:`impls.messages` with the file
 descriptors it hands over, answered in order:
 
-- ``("start", selector, paths, cwd, scratch)`` with the worker's end of its socket pair and the
-  file its output goes to: ``("started", pid)``; the worker confines itself to ``scratch``
-  (:mod:`impls.sandbox`), or runs unconfined where it is None.
-- ``("wait", pid, timeout)``: ``("exited", returncode, left)`` (negative for a signal, as
-  ``subprocess`` has it), or ``("running",)`` when ``timeout`` seconds pass first (``None``:
-  wait for the end); ``("error", message)`` for a pid that is not a worker it has not waited for.
-  ``left`` counts the worker's descendants that outlived it, which the spawner then killed.
+- :class:`~impls.messages.StartWorker`, with the worker's end of its socket pair and the file its
+  output goes to: :class:`~impls.messages.WorkerStarted`; the worker confines itself to its
+  scratch directory (:mod:`impls.sandbox`), or runs unconfined where there is none.
+- :class:`~impls.messages.WaitForWorker`: :class:`~impls.messages.WorkerExited`, or
+  :class:`~impls.messages.StillRunning` when its timeout passes first;
+  :class:`~impls.messages.Refused` for a pid that is not a worker it has not waited for. A
+  worker's descendants that outlived it are killed then, and counted.
 
 No process outlives its worker: a worker is a child subreaper (:mod:`impls.sandbox`), so every
-descendant stays in its tree while it lives; when it ends, they come to the spawner, itself a
+descendant stays in its tree while it lives; when it ends, they come to the fork server, itself a
 subreaper, which kills and reaps every child that is not a worker (a daemon that left its
 worker's process group and session included) whenever a worker ends, and before it ends itself.
 
 A forked worker closes its copy of this line before anything else runs, so nothing an
-implementation does can speak for the spawner. The spawner ends when the judge closes the line.
+implementation does can speak for the fork server. It ends when the judge closes the line.
 """
 
 from __future__ import annotations
@@ -32,14 +34,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pickle
 import signal
 import socket
 import sys
 import time
 import traceback
 
-from impls import worker
+from impls import worker_process
+from impls.messages import (
+    Refused,
+    StartWorker,
+    StillRunning,
+    WaitForWorker,
+    WorkerExited,
+    WorkerStarted,
+    dumps,
+    loads,
+)
 from impls.sandbox import become_subreaper
 
 MAX_PACKET = 1 << 20  # a request holds a selector and the judge's sys.path
@@ -49,14 +60,7 @@ SIGINT_AT_START = signal.getsignal(signal.SIGINT)
 WAIT_POLL = (0.001, 0.05)  # seconds between two looks at a worker that has not ended: first, most
 
 
-def start(
-    line: socket.socket,
-    selector: str,
-    paths: list[str],
-    cwd: str,
-    scratch: str | None,
-    fds: list[int],
-) -> int:
+def start(line: socket.socket, request: StartWorker, fds: list[int]) -> int:
     connection_fd, output_fd = fds
     sys.stdout.flush()
     sys.stderr.flush()
@@ -68,16 +72,18 @@ def start(
             os.dup2(output_fd, 1)
             os.dup2(output_fd, 2)
             os.close(output_fd)
-            os.chdir(cwd)
-            # What python -m impls.worker would have seen as its arguments.
+            os.chdir(request.cwd)
+            # What python -m impls.worker_process would have seen as its arguments.
             sys.argv = [
-                worker.__file__,
+                worker_process.__file__,
                 str(connection_fd),
-                json.dumps(paths),
-                selector,
-                scratch or "",
+                json.dumps(list(request.paths)),
+                request.selector,
+                request.scratch or "",
             ]
-            worker.run(connection_fd, paths, selector, scratch)
+            worker_process.run(
+                connection_fd, list(request.paths), request.selector, request.scratch
+            )
         except BaseException:
             traceback.print_exc()
         finally:
@@ -135,6 +141,18 @@ def wait(pid: int, timeout: float | None) -> int | None:
         pause = min(2 * pause, WAIT_POLL[1])
 
 
+def answer(line: socket.socket, request: StartWorker | WaitForWorker, fds: list[int]):
+    if isinstance(request, StartWorker):
+        if len(fds) != 2:
+            return Refused(f"a StartWorker with {len(fds)} file descriptors, but should have 2")
+        return WorkerStarted(start(line, request, fds))
+    try:
+        returncode = wait(request.pid, request.timeout)
+    except ChildProcessError as exc:  # not a worker of this fork server, or waited for before
+        return Refused(f"pid {request.pid}: {exc}")
+    return StillRunning() if returncode is None else WorkerExited(returncode, sweep())
+
+
 def serve(line: socket.socket) -> None:
     while True:
         try:
@@ -143,24 +161,12 @@ def serve(line: socket.socket) -> None:
             return
         if not payload:
             return
-        request = pickle.loads(payload)
-        if request[0] == "start":
-            reply = ("started", start(line, *request[1:], fds))
-        elif request[0] == "wait":
-            try:
-                returncode = wait(*request[1:])
-            except ChildProcessError as exc:  # not a worker of this spawner, or waited for before
-                reply = ("error", f"pid {request[1]}: {exc}")
-            else:
-                reply = ("running",) if returncode is None else ("exited", returncode, sweep())
-        else:
-            reply = ("unknown", request[0])
-        line.send(pickle.dumps(reply))
+        line.send(dumps(answer(line, loads(payload, (StartWorker, WaitForWorker)), fds)))
 
 
 if __name__ == "__main__":
     # A Ctrl-C reaches the whole process group: the workers take it as a fresh interpreter would,
-    # the spawner lives on until the judge closes its line, so the judge can still wait for them.
+    # the fork server lives until the judge closes its line, so the judge can still wait for them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     become_subreaper()  # and the C library its workers confine themselves with, loaded once
     try:

@@ -1,0 +1,162 @@
+"""What an implementation declares: its dtypes, what it computes, the conventions it follows where
+kernels disagree on purpose, the features it implements and the layouts it reads.
+
+The vocabularies live here with :class:`Capabilities`, which checks a declaration against them
+when it is made; the features themselves are declared once, in :mod:`spec.features`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from spec.dtypes import check_dtype
+from spec.features import FEATURES
+
+# Where widely used kernels disagree on purpose, the contract names the conventions and accepts
+# each; an implementation may declare the one it follows (Capabilities.conventions), and the
+# suite reports the one it saw. Anything else - a wrong shape, wrong values - is silent garbage.
+CONVENTIONS: dict[str, dict[str, str]] = {
+    "batch_axes": {
+        "raise": "q, k, v of another rank, or batch or head axes of size 1 against n, raise",
+        "broadcast": "leading axes broadcast as in NumPy (PyTorch's SDPA does so on purpose)",
+    },
+    "unseen_rows": {
+        "raise": "causal attention with Tq > Tk raises",
+        "zeros": "query rows that see no key are zero (FlashAttention, ONNX Attention, FlashInfer)",
+        "nan": "query rows that see no key are NaN: the literal formula's 0/0",
+    },
+    "nonfinite_scale": {
+        "raise": "a NaN or infinite scale raises",
+        "nan": "a NaN or infinite scale gives NaN everywhere: the formula's own arithmetic",
+    },
+    "mixed_dtypes": {
+        "raise": "q, k, v of different dtypes raise",
+        "promote": "q, k, v of different dtypes are promoted to one of them (NumPy, PyTorch)",
+    },
+}
+
+# What impls.validation.validate_inputs enforces: the convention of every built-in calling it.
+RAISES_ON_ALL = tuple((name, "raise") for name in CONVENTIONS)
+
+# The attention kernels ship beyond the document, each as the convention it follows.
+EXTENSIONS: dict[str, str] = {feature.name: feature.convention for feature in FEATURES}
+
+# What an implementation taking query_lengths leaves in the padded query rows.
+PADDED_QUERY_ROWS = {
+    "zeros": "rows past an item's query length are 0 (FlashAttention's padded outputs)",
+    "unspecified": "rows past an item's query length hold anything and are not compared",
+}
+
+# How inputs may arrive: views into other arrays, as a model's projections hand them over.
+LAYOUTS: dict[str, str] = {
+    "contiguous": "dense (B, H, T, D) arrays",
+    "heads_last": "(B, T, H, D) arrays seen as (B, H, T, D) through a transposed view",
+    "packed_qkv": "q, k and v as views of one (B, T, 3, H, D) projection",
+    "row_gaps": "rows of D values at a pitch of D + 8: a slice of a wider array",
+    "broadcast_kv": "k and v of one head broadcast along H with stride 0",
+}
+
+# The Capabilities fields of an implementation with every feature, its padded query rows zeroed,
+# computing every layout right: Capabilities(dtypes=..., **EVERY_EXTENSION).
+EVERY_EXTENSION: dict[str, Any] = {
+    **{feature.name: True for feature in FEATURES},
+    "padded_query_rows": "zeros",
+    "layouts": tuple(LAYOUTS),
+}
+
+
+def with_feature_flags(cls: type) -> type:
+    """Gives the class a bool field per feature of spec.features (default False), before
+    @dataclass makes its fields: Capabilities(window=True) declares the window feature."""
+    for feature in FEATURES:
+        cls.__annotations__[feature.name] = "bool"
+        setattr(cls, feature.name, False)
+    return cls
+
+
+@dataclass(frozen=True)
+@with_feature_flags
+class Capabilities:
+    """What an implementation declares; tests needing more are skipped, naming what is missing.
+    Beyond the fields below, one bool per feature (spec.features.FEATURES): gqa, window, ..."""
+
+    dtypes: tuple[str, ...]
+    autograd: bool = False
+    cross_length: bool = True  # Tq < Tk, bottom-right aligned
+    explicit_scale: bool = True
+    non_causal: bool = True
+    head_dims: tuple[int, ...] | None = None  # None: every D >= 1
+    distinct_value_dim: bool = True  # v's head dim Dv may differ from q's and k's D
+    exposes_weights: bool = False  # has attention_weights(), the (B, H, Tq, Tk) softmax
+    # (name, value) pairs from CONVENTIONS; a name left out accepts any of its values
+    conventions: tuple[tuple[str, str], ...] = ()
+    padded_query_rows: str = "unspecified"  # with query_lengths: PADDED_QUERY_ROWS
+    # LAYOUTS it computes right; one left out must compute right or raise a clear error
+    layouts: tuple[str, ...] = ("contiguous",)
+
+    def __post_init__(self) -> None:
+        if not self.dtypes:
+            raise ValueError("Capabilities.dtypes is empty: declare at least one dtype")
+        for dtype in self.dtypes:
+            check_dtype(dtype)
+        for name, value in self.conventions:
+            if name not in CONVENTIONS:
+                raise ValueError(
+                    f"Capabilities.conventions names {name!r}, but should name one of "
+                    + ", ".join(CONVENTIONS)
+                )
+            if value not in CONVENTIONS[name]:
+                raise ValueError(
+                    f"Capabilities.conventions {name}={value!r}, but should be one of "
+                    + ", ".join(CONVENTIONS[name])
+                )
+        if self.padded_query_rows not in PADDED_QUERY_ROWS:
+            raise ValueError(
+                f"Capabilities.padded_query_rows={self.padded_query_rows!r}, but should be one of "
+                + ", ".join(PADDED_QUERY_ROWS)
+            )
+        unknown = [layout for layout in self.layouts if layout not in LAYOUTS]
+        if unknown or "contiguous" not in self.layouts:
+            raise ValueError(
+                f"Capabilities.layouts={self.layouts!r}, but should include 'contiguous' and name "
+                "only " + ", ".join(LAYOUTS)
+            )
+
+    def declares(self, feature: str) -> bool:
+        """Whether it implements the feature ``feature`` (a name in spec.features.FEATURES)."""
+        return getattr(self, feature)
+
+    def convention(self, name: str) -> str | None:
+        """The declared convention ``name`` (a key of CONVENTIONS), or None: any is accepted."""
+        return dict(self.conventions).get(name)
+
+    def supports_head_dim(self, head_dim: int) -> bool:
+        return self.head_dims is None or head_dim in self.head_dims
+
+    def describe(self) -> str:
+        flags = [
+            name
+            for name, on in (
+                ("autograd", self.autograd),
+                ("Tq<Tk", self.cross_length),
+                ("scale", self.explicit_scale),
+                ("non-causal", self.non_causal),
+                ("Dv!=D", self.distinct_value_dim),
+                ("weights", self.exposes_weights),
+            )
+            if on
+        ] + [feature.flag for feature in FEATURES if self.declares(feature.name)]
+        dims = "any D" if self.head_dims is None else "D in " + ",".join(map(str, self.head_dims))
+        text = f"{'/'.join(self.dtypes)}; {', '.join(flags) or 'causal only'}; {dims}"
+        if set(self.layouts) == set(LAYOUTS):
+            text += "; every layout"
+        elif self.layouts != ("contiguous",):
+            text += "; layouts " + ",".join(self.layouts)
+        if self.query_lengths:
+            text += f"; padded query rows {self.padded_query_rows}"
+        if self.conventions == RAISES_ON_ALL:
+            return text + "; raises on every convention"
+        if self.conventions:
+            return text + "; " + ", ".join(f"{n}={v}" for n, v in self.conventions)
+        return text

@@ -1,0 +1,159 @@
+"""The inputs no attention implementation can give a meaningful answer for, refused in words.
+
+Shared by the built-ins, so that every one of them rejects the same inputs with the same words:
+an implementation that follows the contract's "raise" conventions (impls.capabilities.RAISES_ON_ALL)
+calls :func:`validate_inputs` first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class AttentionInputError(ValueError):
+    """Inputs that no attention implementation can give a meaningful answer for."""
+
+
+def validate_inputs(
+    q,
+    k,
+    v,
+    *,
+    causal: bool,
+    scale: float | None,
+    gqa: bool = False,
+    window: int | None = None,
+    key_lengths=None,
+    query_lengths=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+) -> None:
+    """Raise :class:`AttentionInputError` naming the problem when (q, k, v, scale) are invalid.
+
+    Works on any array with ``.ndim``, ``.shape`` and ``.dtype``; shared by the built-ins so every
+    one of them rejects the same inputs with the same words. ``gqa`` accepts k and v with fewer
+    heads than q (a divisor of q's); ``window``, ``key_lengths`` and the packed sequences'
+    offsets are checked where given.
+    """
+    for label, array in (("q", q), ("k", k), ("v", v)):
+        if array.ndim != 4:
+            raise AttentionInputError(
+                f"{label}.ndim={array.ndim} (shape {tuple(array.shape)}), "
+                "but should be 4: (B, H, T, D)"
+            )
+    (bq, hq, tq, dq), (bk, hk, tk, dk), (bv, hv, tv, _) = q.shape, k.shape, v.shape
+    grouped = gqa and hk == hv and hk > 0 and hq % hk == 0
+    if not (bq == bk == bv and (hq == hk == hv or grouped)):
+        raise AttentionInputError(
+            f"batch and head dims differ: q {tuple(q.shape)}, k {tuple(k.shape)}, "
+            f"v {tuple(v.shape)}; "
+            + ("B must match, and k's and v's heads divide q's" if gqa else "B and H must match")
+        )
+    if dq != dk:
+        raise AttentionInputError(f"q has D={dq} but k has D={dk}: query and key dims must match")
+    if tk != tv:
+        raise AttentionInputError(f"k has Tk={tk} but v has Tk={tv}: keys and values must pair up")
+    if 0 in tuple(q.shape) + tuple(k.shape) + tuple(v.shape):
+        raise AttentionInputError(
+            f"empty dimension in q {tuple(q.shape)}, k {tuple(k.shape)} or v {tuple(v.shape)}: "
+            "every dim must be at least 1"
+        )
+    packed = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if packed:
+        validate_packed(cu_seqlens_q, cu_seqlens_k, batch=bq, tq=tq, tk=tk, causal=causal)
+        if key_lengths is not None or query_lengths is not None:
+            raise AttentionInputError(
+                "key_lengths or query_lengths with packed sequences: give one form or the other"
+            )
+    if causal and tq > tk and not packed:
+        raise AttentionInputError(
+            f"causal attention with Tq={tq} > Tk={tk}: bottom-right alignment leaves the first "
+            f"{tq - tk} query rows with no key to attend to"
+        )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise AttentionInputError(f"dtypes differ: q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)):
+            raise AttentionInputError(f"scale={scale!r}, but should be a real number or None")
+        if not math.isfinite(float(scale)):
+            raise AttentionInputError(f"scale={scale!r}, but should be finite")
+    if window is not None:
+        validate_window(window, causal=causal)
+    if key_lengths is not None or query_lengths is not None:
+        validate_lengths(key_lengths, query_lengths, batch=bq, tq=tq, tk=tk, causal=causal)
+
+
+def validate_packed(cu_seqlens_q, cu_seqlens_k, *, batch: int, tq: int, tk: int, causal: bool):
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        raise AttentionInputError(
+            "packed sequences need both cu_seqlens_q and cu_seqlens_k, "
+            f"not cu_seqlens_q={cu_seqlens_q!r} and cu_seqlens_k={cu_seqlens_k!r}"
+        )
+    if batch != 1:
+        raise AttentionInputError(f"packed sequences with B={batch}, but should be a batch of one")
+    offsets = {}
+    for label, cu, total in (
+        ("cu_seqlens_q", cu_seqlens_q, tq),
+        ("cu_seqlens_k", cu_seqlens_k, tk),
+    ):
+        cu = np.asarray(cu)
+        if cu.ndim != 1 or len(cu) < 2 or not np.issubdtype(cu.dtype, np.integer):
+            raise AttentionInputError(f"{label}={cu.tolist()!r}, but should be at least 2 integers")
+        if cu[0] != 0 or cu[-1] != total or np.any(np.diff(cu) < 1):
+            raise AttentionInputError(
+                f"{label}={cu.tolist()}, but should rise from 0 to {total}, "
+                "by at least 1 per sequence"
+            )
+        offsets[label] = cu
+    lengths_q, lengths_k = (np.diff(offsets[label]) for label in ("cu_seqlens_q", "cu_seqlens_k"))
+    if len(lengths_q) != len(lengths_k):
+        raise AttentionInputError(
+            f"cu_seqlens_q has {len(lengths_q)} sequences but cu_seqlens_k {len(lengths_k)}"
+        )
+    if causal and np.any(lengths_q > lengths_k):
+        s = int(np.argmax(lengths_q > lengths_k))
+        raise AttentionInputError(
+            f"packed sequence {s} has {lengths_q[s]} queries but {lengths_k[s]} keys: causal "
+            "bottom-right alignment leaves its first queries with no key"
+        )
+
+
+def validate_window(window, *, causal: bool) -> None:
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
+        raise AttentionInputError(f"window={window!r}, but should be an integer >= 0 or None")
+    if not causal:
+        raise AttentionInputError(
+            f"window={window} with causal=False: the window is a left window of causal attention"
+        )
+
+
+def validate_lengths(key_lengths, query_lengths, *, batch: int, tq: int, tk: int, causal: bool):
+    """Per-item key and query lengths: one integer per batch item, 1 <= Lq_b <= Tq, 1 <= L_b <= Tk,
+    and causal rows that all see a key (L_b >= Lq_b, Lq_b = Tq without query lengths)."""
+    given = {}
+    for label, lengths, total in (
+        ("key_lengths", key_lengths, tk),
+        ("query_lengths", query_lengths, tq),
+    ):
+        if lengths is None:
+            given[label] = np.full(batch, total)
+            continue
+        array = np.asarray(lengths)
+        if array.shape != (batch,) or not np.issubdtype(array.dtype, np.integer):
+            raise AttentionInputError(
+                f"{label}={lengths!r}, but should be {batch} integers, one per batch item"
+            )
+        if array.min() < 1 or array.max() > total:
+            raise AttentionInputError(
+                f"{label}={array.tolist()}, but each should be between 1 and {total}"
+            )
+        given[label] = array
+    keys, queries = given["key_lengths"], given["query_lengths"]
+    if causal and np.any(keys < queries):
+        b = int(np.argmax(keys < queries))
+        raise AttentionInputError(
+            f"batch item {b} has {queries[b]} queries but {keys[b]} keys: causal bottom-right "
+            "alignment leaves its first queries with no key"
+        )
