@@ -4,7 +4,7 @@ explain a claim, reproduce the document's numbers.
 ``attnspec run`` is a thin layer over ``python -m pytest`` on the installed conformance suite:
 the suite runs in a child process (its progress streams through), writes its JSON report, and
 the matrix is printed from that report. The exit status is pytest's: 0 when every MUST claim
-held, 1 when one failed, 4 on a usage error, 5 when nothing was checked.
+held, 1 when one failed, 2 on a usage error (its own or pytest's), 5 when nothing was checked.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from conformance.report.matrix import matrix_lines
 from conformance.report.tables import text_table
 from conformance.report.verdicts import shell_lines
 from conformance.run.collection import claims_of
+from conformance.run.options import add_to_command, pytest_arguments_of
 from conformance.run.profiles import DEFAULT_PROFILE, PROFILES
 from conformance.run.selection import split_names_or_fail
-from conformance.run.settings import claim_patterns_value, report_path_value, seed_value
 from impls.registry import BUILTINS, ECOSYSTEM, RegistryError, entry_point_names, resolve
 from impls.templates import TEMPLATES_DIR
 from spec.catalogue import load_catalogue
@@ -98,52 +98,31 @@ def command_list(options: argparse.Namespace) -> int:
 # --- attnspec run -------------------------------------------------------------------------------
 
 
-def pytest_arguments(options: argparse.Namespace, report_json: Path) -> list[str]:
+def pytest_arguments(options: argparse.Namespace) -> list[str]:
     # The suite by module name, as its reproducers name its tests: pytest's rootdir (and its
     # cache) is then the directory the command was started in, where a reproducer is pasted.
-    args = [
-        "--pyargs",
-        "conformance",
-        "-p",
-        "conformance.plugin",
-        "--report-json",
-        str(report_json),
-    ]
+    args = ["--pyargs", "conformance", "-p", "conformance.plugin"]
     # The matrix is the answer; pytest's per-test summary is there with -v.
     args += ["-v", "-ra"] if options.verbose else ["-qq", "--no-summary"]
-    for value in options.impl or ():
-        args += ["--impl", value]
-    for patterns in options.claims or ():
-        args += ["--claims", ",".join(patterns)]
+    args += pytest_arguments_of(options)
     args += ["--hypothesis-profile", options.profile]
-    if options.seed is not None:
-        args += ["--attnspec-seed", str(options.seed)]
-    if options.report_html:
-        args += ["--report-html", str(options.report_html)]
     if options.junitxml:
         args += ["--junitxml", str(options.junitxml)]
     if options.workers:
         args += ["-n", str(options.workers), "--dist", "loadgroup"]
-    if options.call_timeout:
-        args += ["--call-timeout", str(options.call_timeout)]
-    if options.fail_on_should:
-        args.append("--fail-on-should")
     return args + list(options.pytest_args)
 
 
 def command_run(options: argparse.Namespace) -> int:
-    if options.strict:
-        return usage_error(
-            "--strict is now --fail-on-should (pytest gives --strict a meaning of its own)"
-        )
     if options.impl is not None:
         try:
             split_names_or_fail(options.impl)
         except RegistryError as exc:
             return usage_error(str(exc))
     with tempfile.TemporaryDirectory(prefix="attnspec-run-") as scratch:
-        report_json = options.report_json or Path(scratch) / "report.json"
-        command = [sys.executable, "-m", "pytest", *pytest_arguments(options, report_json)]
+        options.report_json = options.report_json or Path(scratch) / "report.json"
+        report_json = options.report_json
+        command = [sys.executable, "-m", "pytest", *pytest_arguments(options)]
         if options.verbose:
             print("\n".join(shell_lines(shlex.join(command[1:]), "attnspec run: ", "  ")))
         sys.stdout.flush()
@@ -154,7 +133,7 @@ def command_run(options: argparse.Namespace) -> int:
         if not report_json.exists():
             print(
                 f"attnspec run: the suite ended with status {status} and wrote no report "
-                + ("(a usage error: see above)" if status == 4 else "(it crashed: see above)"),
+                "(it crashed: see above)",
                 file=sys.stderr,
             )
             return status or 1
@@ -341,60 +320,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the suite and print the claim x implementation matrix",
         description="Run the conformance suite; arguments after -- go to pytest unchanged.",
     )
-    run.add_argument(
-        "--impl",
-        action="append",
-        metavar="NAME[,NAME...]",
-        help="implementations to judge (default: $ATTNSPEC_IMPL, else every built-in)",
-    )
-    run.add_argument(
-        "--claims",
-        action="append",
-        type=claim_patterns_value,
-        metavar="PATTERN[,PATTERN...]",
-        help="default: every claim",
-    )
+    add_to_command(run)
     run.add_argument(
         "--profile",
         choices=PROFILES,
         default=DEFAULT_PROFILE,
-        help=f"hypothesis profile (default: {DEFAULT_PROFILE})",
+        help=f"hypothesis profile. Default: {DEFAULT_PROFILE}.",
     )
-    run.add_argument(
-        "--seed",
-        type=seed_value,
-        metavar="N|random",
-        help="input seed, or 'random' for one drawn for this run (default: the suite's)",
-    )
-    run.add_argument(
-        "--report-json", type=report_path_value, metavar="PATH", help="default: no file"
-    )
-    run.add_argument(
-        "--report-html", type=report_path_value, metavar="PATH", help="default: no file"
-    )
-    run.add_argument("--junitxml", type=Path, metavar="PATH", help="default: no file")
+    run.add_argument("--junitxml", type=Path, metavar="PATH", help="Default: no file.")
     run.add_argument(
         "-n",
         "--workers",
         type=positive_int,
         metavar="N",
-        help="spread the tests over N pytest-xdist processes (default: one; every "
-        "implementation runs in a worker process of its own either way)",
-    )
-    run.add_argument(
-        "--call-timeout",
-        "--timeout",
-        dest="call_timeout",
-        type=positive_int,
-        metavar="SECONDS",
-        help="deadline of one call of an implementation: past it the call fails as a hang. "
-        "Default: what the implementation declares, else 120",
-    )
-    run.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)
-    run.add_argument(
-        "--fail-on-should",
-        action="store_true",
-        help="a SHOULD claim not met fails the run (default: reported as unmet)",
+        help="spread the tests over N pytest-xdist processes (every implementation runs in a "
+        "worker process of its own either way). Default: one.",
     )
     run.add_argument(
         "-v",

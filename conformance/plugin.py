@@ -38,6 +38,7 @@ from conformance.run.collection import (
     suite_test_id,
 )
 from conformance.run.ledger import Ledger
+from conformance.run.options import add_to_pytest
 from conformance.run.profiles import active_profile
 from conformance.run.recording import (
     IMPLEMENTATION_FAILURES,
@@ -48,7 +49,7 @@ from conformance.run.recording import (
     message_only_failure,
 )
 from conformance.run.selection import Selected, select
-from conformance.run.settings import OPTION_GROUP, RunSettings, add_options
+from conformance.run.settings import RunSettings
 from conformance.run.threads import describe as describe_shared_cores
 from conformance.run.threads import share_cores
 from conformance.run.worker_clients import BrokenAtFirstCall, LayoutNotChecked
@@ -80,10 +81,7 @@ OPTION_NAMES: list[str] = []  # attnspec's own options, as the command line spel
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser)
-    OPTION_NAMES[:] = [
-        n for option in parser.getgroup(OPTION_GROUP).options for n in option.names()
-    ]
+    OPTION_NAMES[:] = add_to_pytest(parser)
 
 
 @pytest.hookimpl(tryfirst=True)  # before hypothesis's plugin loads the profile named

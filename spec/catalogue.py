@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import tomllib
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cache
 from pathlib import Path
 
@@ -17,7 +18,17 @@ from spec.features import FEATURE_NAMES, NO_FEATURE
 
 CATALOGUE_PATH = Path(__file__).with_name("claims.toml")
 
-LEVELS = ("MUST", "SHOULD", "INFO")
+
+class Level(StrEnum):
+    """How much a claim binds: a MUST failed fails the run, a SHOULD only under
+    --fail-on-should, an INFO never."""
+
+    MUST = "MUST"
+    SHOULD = "SHOULD"
+    INFO = "INFO"
+
+
+LEVELS = tuple(Level)
 CHECKED_ON = ("implementations", "mathematics", "both")
 GROUPS = (
     "scores",
@@ -54,7 +65,7 @@ class Section:
 @dataclass(frozen=True)
 class Claim:
     id: str
-    level: str
+    level: Level
     section: Section
     group: str
     statement: str
@@ -72,7 +83,7 @@ class Claim:
     def fails_run(self, fail_on_should: bool = False) -> bool:
         """Whether a failure of this claim fails the run: a MUST claim's always, a SHOULD
         claim's under ``--fail-on-should``, an INFO claim's never."""
-        return self.level == "MUST" or (fail_on_should and self.level == "SHOULD")
+        return self.level == Level.MUST or (fail_on_should and self.level == Level.SHOULD)
 
 
 @dataclass(frozen=True)
@@ -155,7 +166,7 @@ def parse_catalogue(text: str, source: str = "<catalogue>") -> Catalogue:
             _require_choice(where, "capability", entry["capability"], CAPABILITIES)
         claims[entry["id"]] = Claim(
             id=entry["id"],
-            level=entry["level"],
+            level=Level(entry["level"]),
             section=sections[entry["section"]],
             group=entry["group"],
             statement=entry["statement"].strip(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -12,6 +13,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from conformance import cli
+from conformance.run.options import OPTIONS, add_to_pytest
 from tests.suite_process import ROOT, run_module
 
 MUTANT = "tests.zoo.mutants:mask_off_by_one"
@@ -307,7 +310,40 @@ def test_claim_ids_are_case_insensitive_everywhere(suite):
     assert "passed" in run.stdout
 
 
-def test_run_strict_names_its_new_name():
-    run = attnspec("run", "--strict", "--impl", "numpy")
-    assert run.returncode == 2
-    assert "--strict is now --fail-on-should" in run.stderr
+class PytestParserOnArgparse:
+    """pytest's parser as far as conformance.run.options uses it, on argparse."""
+
+    def __init__(self) -> None:
+        self.argparse = argparse.ArgumentParser()
+
+    def getgroup(self, *names):
+        return self
+
+    def addoption(self, *flags, **arguments):
+        self.argparse.add_argument(*flags, **arguments)
+
+
+def test_every_option_given_to_attnspec_run_reaches_pytest_as_parsed(tmp_path):
+    """attnspec run and the plugin read one table of options: whatever run parses, the pytest
+    arguments it hands on parse to the same values."""
+    given = [
+        *("--impl", "numpy,numpy_flash", "--impl", "torch_sdpa", "--claims", "mask-*,OUT-FORMULA"),
+        *("--seed", "7", "--fail-on-should", "--timeout", "2.5", "--in-process", "--no-sandbox"),
+        *("--require-sandbox", "--no-truth-cache", "--report-json", str(tmp_path / "r.json")),
+        *("--report-html", str(tmp_path / "r.html")),
+    ]
+    options = cli.build_parser().parse_args(["run", *given])
+    pytest_parser = PytestParserOnArgparse()
+    flags = add_to_pytest(pytest_parser)
+    assert flags == [option.flag for option in OPTIONS]
+    received, _ = pytest_parser.argparse.parse_known_args(cli.pytest_arguments(options))
+    for option in OPTIONS:
+        value = getattr(options, option.dest)
+        assert value not in (None, False), f"{option.flag} was not given in this test"
+        assert getattr(received, option.dest) == value, option.flag
+
+
+def test_options_help_names_each_default():
+    for option in OPTIONS:
+        assert "Default: " in option.help, option.flag
+        assert option.help.endswith("."), option.flag

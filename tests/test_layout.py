@@ -132,23 +132,22 @@ def test_the_import_scan_sees_a_planted_upward_import():
         planted.unlink(missing_ok=True)
 
 
-def readme_layout_rows() -> list[tuple[str, str]]:
-    """(path column, description) of the README's layout table."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+def layout_rows() -> list[tuple[str, str]]:
+    """(path column, description) of docs/layout.md's table."""
+    text = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
     rows = []
-    for line in section.splitlines():
+    for line in text.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if line.startswith("| `") and len(cells) == 2:
             rows.append((cells[0], cells[1]))
     return rows
 
 
-def test_readme_layout_table_matches_the_tree():
-    rows = readme_layout_rows()
+def test_the_layout_table_matches_the_tree():
+    rows = layout_rows()
     named = [token for path, _ in rows for token in path.split("`")[1::2] if "/" in token]
     missing = [token for token in named if not list(ROOT.glob(token.rstrip("/")))]
-    assert not missing, f"the README's layout table names what the tree lacks: {missing}"
+    assert not missing, f"docs/layout.md's table names what the tree lacks: {missing}"
     table = " ".join(f"{path} {what}" for path, what in rows)
     unnamed = [
         str(module.relative_to(ROOT))
@@ -156,4 +155,4 @@ def test_readme_layout_table_matches_the_tree():
         for module in sorted((ROOT / folder).glob("*.py"))
         if module.name != "__init__.py" and f"`{module.name}`" not in table
     ]
-    assert not unnamed, f"modules the README's layout table does not mention: {unnamed}"
+    assert not unnamed, f"modules docs/layout.md's table does not mention: {unnamed}"

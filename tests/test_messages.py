@@ -33,7 +33,7 @@ def test_the_messages_and_arrays_round_trip():
 
 
 def test_a_message_naming_any_other_global_is_refused_unrun():
-    with pytest.raises(messages.LineError, match="builtins.exec, which is not part of the line"):
+    with pytest.raises(messages.LineError, match=r"builtins\.exec, which is not part of the line"):
         messages.loads(pickle.dumps(_RunsInTheJudge(), protocol=5), messages.ANSWERS)
     assert not hasattr(impls, "LINE_FORGED")
 

@@ -18,14 +18,14 @@ from tests.zoo import FAMILIES, load_members
 from tests.zoo.kill_matrix import (
     DIAGNOSIS_END,
     DIAGNOSIS_START,
-    README_END,
-    README_START,
+    MATRIX_END,
+    MATRIX_START,
     ZOO_SUMMARY,
     default_workers,
     diagnosis_problems,
+    generated_block,
     markdown_diagnosis_matrix,
     markdown_matrix,
-    readme_block,
     run_zoo,
     text_matrix,
 )
@@ -97,12 +97,12 @@ def test_hidden_mutant_is_right_at_the_easy_shape(name):
     assert comparison.ok, f"{name} is visibly wrong at the easy shape: {comparison.describe()}"
 
 
-def test_readme_kill_matrix_is_current(zoo_run):
-    block = readme_block()
-    assert block is not None, f"README.md lacks the {README_START} ... {README_END} markers"
+def test_the_kill_matrix_is_current(zoo_run):
+    block = generated_block()
+    assert block is not None, f"docs/zoo.md lacks the {MATRIX_START} ... {MATRIX_END} markers"
     assert block == markdown_matrix(zoo_run), (
-        "README.md's kill matrix differs from this run's: "
-        "regenerate it with python -m tests.zoo.kill_matrix --write-readme"
+        "docs/zoo.md's kill matrix differs from this run's: "
+        "regenerate it with python -m tests.zoo.kill_matrix --write"
     )
 
 
@@ -123,14 +123,14 @@ def test_every_formula_mutant_names_a_mistake():
     families = {MEMBERS[name].family for name in without}
     assert families <= {"scaling", "tiling", "layout", "dtype", "window", "padding", "strides",
                         "memory", "stress"}, families  # fmt: skip
-    # 41 of the 58 name one (the README's diagnosis matrix): none may silently lose it
+    # 41 of the 58 name one (docs/zoo.md's diagnosis matrix): none may silently lose it
     assert len(MUTANTS) - len(without) >= 41, sorted(without)
 
 
-def test_readme_diagnosis_matrix_is_current(zoo_run):
-    block = readme_block(DIAGNOSIS_START, DIAGNOSIS_END)
-    assert block is not None, f"README.md lacks the {DIAGNOSIS_START} ... {DIAGNOSIS_END} markers"
+def test_the_diagnosis_matrix_is_current(zoo_run):
+    block = generated_block(DIAGNOSIS_START, DIAGNOSIS_END)
+    assert block is not None, f"docs/zoo.md lacks the {DIAGNOSIS_START} ... {DIAGNOSIS_END} markers"
     assert block == markdown_diagnosis_matrix(zoo_run), (
-        "README.md's diagnosis matrix differs from this run's: "
-        "regenerate it with python -m tests.zoo.kill_matrix --write-readme"
+        "docs/zoo.md's diagnosis matrix differs from this run's: "
+        "regenerate it with python -m tests.zoo.kill_matrix --write"
     )

@@ -65,7 +65,7 @@ BUDGETS = {
         reason=(
             "Two float32 evaluations with different matmul blocking have errors of the same order "
             "but not the same maximum (python -m conformance.survey prints each built-in's ratio "
-            "to the baseline; the README's tolerance section records it), so 3x is tight yet "
+            "to the baseline; docs/tolerance.md records it), so 3x is tight yet "
             "free of false alarms."
         ),
     ),

@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from dataclasses import asdict
 from pathlib import Path
 
 from conformance.judge.diagnosis import conclude, refuted_by
@@ -68,7 +69,7 @@ def subject_entry(ledger: Ledger, name: str, selected: Selected | None) -> dict:
             "skipped": rec.skipped,
             "worst_budget_fraction": rec.worst_budget_fraction,
             "failing_tests": list(rec.failing_tests),
-            "first_failure": rec.first_failure,
+            "first_failure": asdict(rec.first_failure) if rec.first_failure else None,
             "diagnosis": conclude(rec.findings, refuted),
             "skip_reasons": sorted(rec.skip_reasons),
         }

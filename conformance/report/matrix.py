@@ -8,7 +8,7 @@ import textwrap
 
 from conformance.report.tables import text_table
 from conformance.run.ledger import ClaimVerdict, RowVerdict
-from spec.catalogue import load_catalogue
+from spec.catalogue import Level, load_catalogue
 
 CELL = {
     ClaimVerdict.MET: "pass",
@@ -52,7 +52,7 @@ def matrix_lines(report: dict, width: int = MATRIX_WIDTH) -> list[str]:
         for claim, entry in subject["claims"].items()
         if entry["verdict"] == ClaimVerdict.FAILED
     }
-    order = {"MUST": 0, "SHOULD": 1, "INFO": 2}
+    order = {level: n for n, level in enumerate(Level)}
     position = {claim.id: n for n, claim in enumerate(load_catalogue())}
     claim_ids.sort(key=lambda c: (c not in failing, order.get(levels[c], 3), position.get(c, 99)))
     reasons: list[str] = []

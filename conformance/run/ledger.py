@@ -48,6 +48,16 @@ class RowVerdict(StrEnum):
     NOT_RUN = "NOT RUN"
 
 
+@dataclass(frozen=True)
+class FirstFailure:
+    """A claim's first failure as the report keeps it: the test, its message (without the
+    reproducer line, truncated) and the reproducer line, where the message has one."""
+
+    test: str
+    message: str
+    reproducer: str | None
+
+
 @dataclass
 class ClaimRecord:
     passed: int = 0
@@ -57,7 +67,7 @@ class ClaimRecord:
     skip_reasons: set[str] = field(default_factory=set)
     failing_tests: list[str] = field(default_factory=list)
     worst_budget_fraction: float | None = None  # largest error / tolerance budget in its tests
-    first_failure: dict | None = None  # {"test", "message", "reproducer"} of its first failure
+    first_failure: FirstFailure | None = None
     # the judge's findings in its failing comparisons, each with its "test"; the report pools
     # them into the claim's diagnosis (conformance.judge.diagnosis.conclude)
     findings: list[dict] = field(default_factory=list)
@@ -84,20 +94,17 @@ def worst_fraction(current: float | None, new: float | None) -> float | None:
 MESSAGE_KEPT = 2000  # characters of a failure message kept in the report
 
 
-def failure_summary(test_id: str, message: str) -> dict:
-    """A failure as the report keeps it: the test, its message (without the reproducer line,
-    truncated) and the reproducer line, where the message has one."""
+def failure_summary(test_id: str, message: str) -> FirstFailure:
+    """A failure as the report keeps it (FirstFailure), read from its message."""
     # xdist starts a report's text with the worker's name and interpreter: not the failure's.
     lines = [line for line in message.strip().splitlines() if not re.match(r"\[gw\d+\] ", line)]
     reproducer = next((line for line in lines if line.startswith("reproduce: ")), None)
     text = "\n".join(line for line in lines if line is not reproducer)
     if len(text) > MESSAGE_KEPT:
         text = text[:MESSAGE_KEPT] + f" [... {len(text) - MESSAGE_KEPT} characters more]"
-    return {
-        "test": test_id,
-        "message": text,
-        "reproducer": reproducer.removeprefix("reproduce: ") if reproducer else None,
-    }
+    return FirstFailure(
+        test_id, text, reproducer.removeprefix("reproduce: ") if reproducer else None
+    )
 
 
 class Ledger:

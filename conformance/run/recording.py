@@ -25,7 +25,7 @@ from conformance.run.worker_clients import (
     ImplementationDied,
     ImplementationRaised,
 )
-from spec.catalogue import Catalogue
+from spec.catalogue import Catalogue, Level
 
 RECORD_ATTRIBUTE = "attnspec"  # the report attribute that carries a TestRecord's fields
 
@@ -73,7 +73,7 @@ class TestRecord:
     claims: list[str]
     notes: TestNotes
     test_id: str  # as the checkout names it, whatever the rootdir (collection.suite_test_id)
-    unmet_level: str | None = None  # "SHOULD" or "INFO" when the test failed an expected way
+    unmet_level: str | None = None  # a Level, SHOULD or INFO, when it failed an expected way
 
     def attach(self, report: pytest.TestReport) -> None:
         # Plain data, so that pytest-xdist carries it from its workers to the controller.
@@ -87,12 +87,14 @@ class TestRecord:
         return cls(**{**data, "notes": TestNotes(**data["notes"])})
 
 
-def tolerated_level(claim_ids: list[str], catalogue: Catalogue, fail_on_should: bool) -> str | None:
-    """ "SHOULD" or "INFO" when no claim of a failing test fails the run, else None."""
+def tolerated_level(
+    claim_ids: list[str], catalogue: Catalogue, fail_on_should: bool
+) -> Level | None:
+    """SHOULD or INFO when no claim of a failing test fails the run, else None."""
     claims = [catalogue[c] for c in claim_ids if c in catalogue]
     if not claims or any(claim.fails_run(fail_on_should) for claim in claims):
         return None
-    return "SHOULD" if any(claim.level == "SHOULD" for claim in claims) else "INFO"
+    return Level.SHOULD if any(claim.level == Level.SHOULD for claim in claims) else Level.INFO
 
 
 IMPLEMENTATION_FAILURES = (ImplementationRaised, ImplementationBroke, ImplementationDied)
@@ -154,7 +156,7 @@ def complete_report(
             first_line = str(report.longrepr).strip().splitlines()[0] if report.longrepr else ""
             report.outcome = "skipped"
             report.wasxfail = f"{level} claim not met: {first_line}"
-            record.unmet_level = level
+            record.unmet_level = level.value  # plain data, which xdist carries
     record.attach(report)
     return report
 

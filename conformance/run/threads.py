@@ -4,8 +4,8 @@ BLAS (OpenBLAS, MKL) and OpenMP (PyTorch's CPU ops) size their thread pools to t
 in every process that loads them, and OpenBLAS's idle threads spin. Under ``-n N`` that is N
 judges, and the implementations' worker processes each of them starts, all sized for the whole
 machine. A distributed run therefore gives each process its share of the cores, through the
-variables those libraries read when they start, unless the user has set them (the README's
-Performance section has the measurement).
+variables those libraries read when they start, unless the user has set them (docs/performance.md
+has the measurement).
 """
 
 from __future__ import annotations
