@@ -64,6 +64,17 @@ EVERY_EXTENSION: dict[str, Any] = {
     "padded_query_rows": "zeros",
     "layouts": tuple(LAYOUTS),
 }
+# The features that change the scores or cut the causal mask into chunks: softcap, ALiBi,
+# sinks, chunks. An implementation with the others: Capabilities(**every_extension_but(...)).
+SCORE_FEATURES = ("softcap", "alibi", "sinks", "chunked")
+
+
+def every_extension_but(*features: str) -> dict[str, Any]:
+    """EVERY_EXTENSION with ``features`` (names in spec.features.FEATURES) left undeclared."""
+    unknown = [name for name in features if name not in EVERY_EXTENSION]
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: not a feature of spec.features")
+    return EVERY_EXTENSION | dict.fromkeys(features, False)
 
 
 def with_feature_flags(cls: type) -> type:

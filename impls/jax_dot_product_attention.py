@@ -12,8 +12,8 @@ import functools
 
 import numpy as np
 
+from impls.capabilities import SCORE_FEATURES, every_extension_but
 from impls.contract import (
-    EVERY_EXTENSION,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
@@ -34,7 +34,7 @@ class JaxDotProductAttention(JaxArrays, Implementation):
         dtypes=("float32",),
         distinct_value_dim=False,
         conventions=RAISES_ON_ALL,
-        **EVERY_EXTENSION,
+        **every_extension_but(*SCORE_FEATURES),
     )
 
     def attention(

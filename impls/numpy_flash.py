@@ -11,10 +11,11 @@ these constants), so every CPU run holds the tiling to the claims:
 * the online softmax: a running row max m and sum l; each new tile rescales the accumulator and
   l by exp(m_old - m_new); a row that has seen only masked keys shifts by 0 instead of -inf;
 * one division by l at the end, and optionally the log-sum-exp m + log(l) of each row;
-* the extensions: query head h reads key/value head h // g; a left window w also skips the
-  tiles before the block's first row's window and masks the keys behind each row's; with key
-  lengths, item b's tiles end at its L_b keys and its rows sit at i + L_b - Tq; a packed
-  sequence is an item of its own.
+* the extensions: query head h reads key/value head h // g; a left window w, or a chunk C, also
+  skips the tiles before the block's first row's window or chunk and masks the keys outside
+  each row's; with key lengths, item b's tiles end at its L_b keys and its rows sit at
+  i + L_b - Tq; a packed sequence is an item of its own; a softcap and ALiBi's bias modify each
+  tile's scores before the mask, and a sink joins the denominator after the last tile.
 
 The arithmetic is in the input's dtype (float32 or float64), as the kernel's float32 path.
 """
@@ -38,21 +39,46 @@ BLOCK_N = 64  # keys per tile streamed through shared memory
 
 
 def key_tiles(
-    block_start: int, block_stop: int, tk: int, offset: int, causal: bool, window: int | None = None
+    block_start: int,
+    block_stop: int,
+    tk: int,
+    offset: int,
+    causal: bool,
+    window: int | None = None,
+    chunk: int | None = None,
 ):
     """(start, stop) of each key tile a query block [block_start, block_stop) visits."""
     # The block's last row sits at absolute position block_stop - 1 + offset; no row sees past it.
     end = min(tk, block_stop + offset) if causal else tk
-    # Its first row sees nothing before its position - w; nor does any later row.
-    first = 0 if window is None else max(block_start + offset - window, 0) // BLOCK_N * BLOCK_N
+    # Its first row sees nothing before its position - w, nor before its chunk's first key; nor
+    # does any later row.
+    first_position = block_start + offset
+    first = 0
+    if window is not None:
+        first = max(first_position - window, 0)
+    if chunk is not None:
+        first = max(first, first_position // chunk * chunk)
+    first = first // BLOCK_N * BLOCK_N
     return [(start, min(start + BLOCK_N, tk)) for start in range(first, end, BLOCK_N)]
 
 
 def tiled_attention(
-    q, k, v, *, causal: bool, scale: float, with_lse: bool = False, window: int | None = None
+    q,
+    k,
+    v,
+    *,
+    causal: bool,
+    scale: float,
+    with_lse: bool = False,
+    window: int | None = None,
+    chunk: int | None = None,
+    softcap: float | None = None,
+    alibi_slopes=None,
+    sinks=None,
 ):
     """Attention of (B, H, Tq, D), (B, Hkv, Tk, D), (B, Hkv, Tk, Dv) arrays by the kernel's
-    tiling; returns out (B, H, Tq, Dv), and lse (B, H, Tq) when ``with_lse``."""
+    tiling; returns out (B, H, Tq, Dv), and lse (B, H, Tq) when ``with_lse``: the log-sum-exp of
+    each row's scores, the sink's logit not included."""
     group = q.shape[-3] // k.shape[-3]
     kv_head = np.arange(q.shape[-3]) // group  # the key/value head each query head reads
     k, v = k[:, kv_head], v[:, kv_head]  # (B, Hkv, T, D) -> (B, H, T, D)
@@ -62,6 +88,9 @@ def tiled_attention(
     offset = tk - tq
     out = np.empty(q.shape[:-1] + v.shape[-1:], dtype=dtype)  # (B, H, Tq, Dv)
     lse = np.empty(q.shape[:-1], dtype=dtype)  # (B, H, Tq)
+    cap = None if softcap is None else dtype.type(softcap)
+    slopes = None if alibi_slopes is None else np.asarray(alibi_slopes, dtype)[:, None, None]
+    sink = None if sinks is None else np.asarray(sinks, dtype)[:, None]  # (H, 1)
     for block_start in range(0, tq, BLOCK_M):
         block_stop = min(block_start + BLOCK_M, tq)
         rows = np.arange(block_start, block_stop)[:, None]  # (bm, 1)
@@ -69,9 +98,18 @@ def tiled_attention(
         running_max = np.full(q_block.shape[:-1], -np.inf, dtype=dtype)  # (B, H, bm)
         running_sum = np.zeros(q_block.shape[:-1], dtype=dtype)  # (B, H, bm)
         acc = np.zeros(q_block.shape[:-1] + v.shape[-1:], dtype=dtype)  # (B, H, bm, Dv)
-        for start, stop in key_tiles(block_start, block_stop, tk, offset, causal, window):
+        tiles = key_tiles(block_start, block_stop, tk, offset, causal, window, chunk)
+        for start, stop in tiles:
             scores = q_block @ k[..., start:stop, :].swapaxes(-1, -2)  # (B, H, bm, bn)
             scores *= scale
+            keys = np.arange(start, stop)[None, :]  # (1, bn)
+            if cap is not None:
+                scores = cap * np.tanh(scores / cap)
+            if slopes is not None:
+                scores -= slopes * np.abs(rows + offset - keys).astype(dtype)  # (H, bm, bn)
+            if chunk is not None:
+                elsewhere = keys // chunk != (rows + offset) // chunk  # (bm, bn)
+                np.copyto(scores, -np.inf, where=elsewhere)
             if causal:
                 future = np.arange(start, stop)[None, :] > rows + offset  # (bm, bn)
                 # Overwritten, not added to: a NaN or inf future score must not survive.
@@ -86,8 +124,14 @@ def tiled_attention(
             running_sum = running_sum * correction + probs.sum(axis=-1)
             acc = acc * correction[..., None] + probs @ v[..., start:stop, :]
             running_max = new_max
-        out[..., block_start:block_stop, :] = acc / running_sum[..., None]
         lse[..., block_start:block_stop] = running_max + np.log(running_sum)
+        if sink is not None:
+            # The sink joins the denominator alone: one more term of the online softmax.
+            new_max = np.maximum(running_max, sink)  # (B, H, bm)
+            correction = np.exp(running_max - new_max)
+            running_sum = running_sum * correction + np.exp(sink - new_max)
+            acc = acc * correction[..., None]
+        out[..., block_start:block_stop, :] = acc / running_sum[..., None]
     return (out, lse) if with_lse else out
 
 
@@ -110,17 +154,27 @@ class NumpyFlash(NumpyArrays, Implementation):
             q, k, v, causal=causal, scale=scale, window=window, **variant
         )[0]
 
-    def attention_and_lse(self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None):
+    def attention_and_lse(
+        self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **modifiers
+    ):
         """(out, lse): the output and each row's log-sum-exp of its scaled, masked scores."""
         validate_inputs(
-            q, k, v, causal=causal, scale=scale, gqa=True, window=window, key_lengths=key_lengths
+            q,
+            k,
+            v,
+            causal=causal,
+            scale=scale,
+            gqa=True,
+            window=window,
+            key_lengths=key_lengths,
+            **modifiers,
         )
         if q.dtype not in (np.float32, np.float64):
             raise TypeError(f"q.dtype={q.dtype}, but should be float32 or float64 [{self.name}]")
         scale = resolve_scale(scale, q.shape[-1])
         if key_lengths is None:
             return tiled_attention(
-                q, k, v, causal=causal, scale=scale, with_lse=True, window=window
+                q, k, v, causal=causal, scale=scale, with_lse=True, window=window, **modifiers
             )
         # One item at a time, as the kernel's grid does: item b's keys end at its length.
         items = [
@@ -132,6 +186,7 @@ class NumpyFlash(NumpyArrays, Implementation):
                 scale=scale,
                 with_lse=True,
                 window=window,
+                **modifiers,
             )
             for b, length in enumerate(key_lengths)
         ]

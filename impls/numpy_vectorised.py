@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from impls.capabilities import SCORE_FEATURES, every_extension_but
 from impls.contract import (
-    EVERY_EXTENSION,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
@@ -72,7 +72,8 @@ class NumpyVectorised(NumpyArrays, Implementation):
     capabilities = Capabilities(
         dtypes=("float64", "float32"),
         conventions=RAISES_ON_ALL,
-        **EVERY_EXTENSION,  # every layout: reshape copies what is not contiguous
+        # every layout: reshape copies what is not contiguous
+        **every_extension_but(*SCORE_FEATURES),
     )
 
     def attention(

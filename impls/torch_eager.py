@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from impls.capabilities import SCORE_FEATURES, every_extension_but
 from impls.contract import (
     DTYPES,
-    EVERY_EXTENSION,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
@@ -24,7 +24,7 @@ class TorchEager(TorchArrays, Implementation):
         autograd=True,
         exposes_weights=True,
         conventions=RAISES_ON_ALL,
-        **EVERY_EXTENSION,
+        **every_extension_but(*SCORE_FEATURES),
     )
 
     def __init__(self, device: str = "cpu"):

@@ -4,9 +4,9 @@
 
 from __future__ import annotations
 
+from impls.capabilities import SCORE_FEATURES, every_extension_but
 from impls.contract import (
     DTYPES,
-    EVERY_EXTENSION,
     RAISES_ON_ALL,
     Capabilities,
     Implementation,
@@ -41,7 +41,7 @@ class TorchSdpa(TorchArrays, Implementation):
         dtypes=DTYPES,
         autograd=True,
         conventions=RAISES_ON_ALL,
-        **EVERY_EXTENSION,
+        **every_extension_but(*SCORE_FEATURES),
     )
 
     def __init__(self, device: str = "cpu"):

@@ -29,6 +29,10 @@ def validate_inputs(
     query_lengths=None,
     cu_seqlens_q=None,
     cu_seqlens_k=None,
+    chunk: int | None = None,
+    softcap: float | None = None,
+    alibi_slopes=None,
+    sinks=None,
 ) -> None:
     """Raise :class:`AttentionInputError` naming the problem when (q, k, v, scale) are invalid.
 
@@ -83,6 +87,16 @@ def validate_inputs(
         validate_window(window, causal=causal)
     if key_lengths is not None or query_lengths is not None:
         validate_lengths(key_lengths, query_lengths, batch=bq, tq=tq, tk=tk, causal=causal)
+    if chunk is not None:
+        validate_chunk(chunk, causal=causal)
+    if softcap is not None:
+        validate_softcap(softcap)
+    for label, per_head, allowed in (
+        ("alibi_slopes", alibi_slopes, "finite"),
+        ("sinks", sinks, "finite or -inf"),
+    ):
+        if per_head is not None:
+            validate_per_head(label, per_head, heads=hq, allowed=allowed)
 
 
 def validate_packed(cu_seqlens_q, cu_seqlens_k, *, batch: int, tq: int, tk: int, causal: bool):
@@ -157,3 +171,36 @@ def validate_lengths(key_lengths, query_lengths, *, batch: int, tq: int, tk: int
             f"batch item {b} has {queries[b]} queries but {keys[b]} keys: causal bottom-right "
             "alignment leaves its first queries with no key"
         )
+
+
+def validate_chunk(chunk, *, causal: bool) -> None:
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise AttentionInputError(f"chunk={chunk!r}, but should be an integer >= 1 or None")
+    if not causal:
+        raise AttentionInputError(
+            f"chunk={chunk} with causal=False: chunked attention is causal within each chunk"
+        )
+
+
+def validate_softcap(softcap) -> None:
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float, np.floating, np.integer)):
+        raise AttentionInputError(f"softcap={softcap!r}, but should be a positive number or None")
+    if not (math.isfinite(float(softcap)) and softcap > 0):
+        raise AttentionInputError(f"softcap={softcap!r}, but should be finite and > 0")
+
+
+def validate_per_head(label: str, values, *, heads: int, allowed: str) -> None:
+    """One real number per query head: finite, or for sinks also -inf (no sink)."""
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise AttentionInputError(f"{label}={values!r}, but should be {heads} numbers") from None
+    if array.shape != (heads,):
+        raise AttentionInputError(
+            f"{label} has shape {array.shape}, but should be ({heads},): one per query head"
+        )
+    bad = np.isnan(array) | (array == np.inf)
+    if allowed == "finite":
+        bad |= np.isinf(array)
+    if bad.any():
+        raise AttentionInputError(f"{label}={array.tolist()}, but each should be {allowed}")

@@ -42,6 +42,7 @@ GROUPS = (
     "layout",
     "memory",
     "stress",
+    "modifiers",
 )
 _REQUIRED = ("id", "level", "section", "group", "statement", "checked_on")
 _OPTIONAL = ("follows_from", "erratum", "refines")

@@ -4,7 +4,8 @@ A feature is what an implementation declares (``Capabilities(window=True)``), wh
 claim's ``capability`` names in ``claims.toml``, the keyword arguments a call of it carries, and
 the convention it follows, with the names the ecosystem uses. Everything that needs to know the
 features - the capabilities, the plain-callable contract, a test's case, its skips, the catalogue
-- reads :data:`FEATURES`: a new feature is its entry here, its claim, its formula and its tests.
+- reads :data:`FEATURES`: a new feature is its entry here, its Case field (the value a test sets),
+its claim, its formula and its tests.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ class Feature:
     plain_keywords: tuple[str, ...]  # a plain callable declares it by accepting all of these
     flag: str  # how Capabilities.describe() names it
     missing: str  # how a test skipped for want of it names it
+    # whether the catalogue of mistakes (spec/mistakes.py) models calls with it: its variants
+    # are the plain formula with one thing wrong, and are no diagnosis of a call they ignore
+    in_mistakes: bool = True
 
 
 FEATURES: tuple[Feature, ...] = (
@@ -72,9 +76,56 @@ FEATURES: tuple[Feature, ...] = (
         flag="packed",
         missing="packed sequences",
     ),
+    Feature(
+        "softcap",
+        "softcap=c: the scaled scores are capped as x <- c * tanh(x / c) before the mask (Gemma 2; "
+        "FlashAttention softcap, FlashInfer logits_soft_cap)",
+        keywords=("softcap",),
+        plain_keywords=("softcap",),
+        flag="softcap",
+        missing="softcap",
+        in_mistakes=False,
+    ),
+    Feature(
+        "alibi",
+        "alibi_slopes=(m_0, ..., m_{H-1}): query head h adds -m_h * |p - j| to the score of the "
+        "query at absolute position p (bottom-right aligned) and key j, after the softcap "
+        "(FlashAttention alibi_slopes; under a causal mask FlashInfer's +m_h * (j - p))",
+        keywords=("alibi_slopes",),
+        plain_keywords=("alibi_slopes",),
+        flag="alibi",
+        missing="alibi_slopes",
+        in_mistakes=False,
+    ),
+    Feature(
+        "sinks",
+        "sinks=(s_0, ..., s_{H-1}): a learned logit per query head, not scaled, joins each row's "
+        "softmax denominator alone, p_j = exp(x_j) / (sum_k exp(x_k) + exp(s_h)) (gpt-oss; "
+        "FlashAttention learnable_sink, FlashInfer's sink attention); s_h = -inf is no sink",
+        keywords=("sinks",),
+        plain_keywords=("sinks",),
+        flag="sinks",
+        missing="sinks",
+        in_mistakes=False,
+    ),
+    Feature(
+        "chunked",
+        "chunk=C: the query at absolute position p sees key j only when j <= p and "
+        "j // C == p // C (Llama 4's chunked attention, FlashAttention attention_chunk); causal "
+        "attention only",
+        keywords=("chunk",),
+        plain_keywords=("chunk",),
+        flag="chunked",
+        missing="chunk",
+        in_mistakes=False,
+    ),
 )
 
 FEATURE_NAMES = tuple(feature.name for feature in FEATURES)
+# The call keywords of the features the catalogue of mistakes does not model.
+UNMODELLED_KEYWORDS = tuple(
+    keyword for feature in FEATURES if not feature.in_mistakes for keyword in feature.keywords
+)
 # A claim that needs no declaration (any implementation is held to it): claims.toml's "none".
 NO_FEATURE = "none"
 

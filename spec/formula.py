@@ -11,11 +11,12 @@ wraps the oracle as an implementation, so the oracle is itself judged by the sui
 Causal attention is bottom-right aligned: query row i sits at absolute position i + Tk - Tq and
 sees keys j <= i + Tk - Tq. ``scale=None`` means 1/sqrt(D).
 
-The extensions (attention as kernels ship it, not in the document) are keyword arguments of the
-same functions: k and v with fewer heads than q (grouped-query attention), a left ``window``,
-per-item ``key_lengths``, and sequences packed along the token axis (``cu_seqlens_q``,
-``cu_seqlens_k``); :func:`visible_keys` says which keys each query row sees under the first ones,
-and :func:`per_sequence` what packing means.
+The extensions (attention as kernels ship it, not in the document; spec/features.py) are keyword
+arguments of the same functions: k and v with fewer heads than q (grouped-query attention), a left
+``window``, per-item ``key_lengths``, sequences packed along the token axis (``cu_seqlens_q``,
+``cu_seqlens_k``), a ``chunk``, and the score modifiers ``softcap``, ``alibi_slopes`` and
+``sinks``; :func:`visible_keys` says which keys each query row sees, :func:`modified_scores` and
+:func:`softmax` what the modifiers do, and :func:`per_sequence` what packing means.
 """
 
 from __future__ import annotations
@@ -37,25 +38,57 @@ def causal_mask(tq: int, tk: int) -> np.ndarray:
     return np.tril(np.ones((tq, tk), dtype=bool), k=tk - tq)
 
 
+def query_positions(tq: int, tk: int, key_lengths=None) -> np.ndarray:
+    """(B or 1, Tq, 1): the absolute position of each query row, i + L_b - Tq (bottom-right
+    aligned, L_b = Tk without key lengths)."""
+    lengths = np.array([tk]) if key_lengths is None else np.asarray(key_lengths, dtype=np.int64)
+    return np.arange(tq)[None, :, None] + (lengths - tq)[:, None, None]  # (B, Tq, 1)
+
+
 def visible_keys(
-    tq: int, tk: int, *, causal: bool = True, window: int | None = None, key_lengths=None
+    tq: int,
+    tk: int,
+    *,
+    causal: bool = True,
+    window: int | None = None,
+    key_lengths=None,
+    chunk: int | None = None,
 ) -> np.ndarray:
     """Boolean (B or 1, 1, Tq, Tk) mask, True where query row i of batch item b sees key j.
 
     Item b holds its first L_b keys (``key_lengths``; all Tk without them) and its query row i
     sits at absolute position p = i + L_b - Tq: bottom-right aligned, as in the document. Causal
-    rows see j <= p, and a left ``window`` w keeps p - w <= j of those (FlashAttention's
-    ``window_size=(w, 0)``).
+    rows see j <= p, a left ``window`` w keeps p - w <= j of those (FlashAttention's
+    ``window_size=(w, 0)``), and a ``chunk`` C those in p's chunk, j // C == p // C (Llama 4).
     """
     lengths = np.array([tk]) if key_lengths is None else np.asarray(key_lengths, dtype=np.int64)
     keys = np.arange(tk)[None, None, :]  # (1, 1, Tk)
-    positions = np.arange(tq)[None, :, None] + (lengths - tq)[:, None, None]  # (B, Tq, 1)
+    positions = query_positions(tq, tk, key_lengths)  # (B, Tq, 1)
     visible = keys < lengths[:, None, None]  # (B, 1, Tk): padding is never seen
     if causal:
         visible = visible & (keys <= positions)
     if window is not None:
         visible = visible & (keys >= positions - window)
+    if chunk is not None:
+        visible = visible & (keys // chunk == positions // chunk)
     return visible[:, None]  # (B, 1, Tq, Tk)
+
+
+def modified_scores(scores: np.ndarray, *, softcap=None, alibi_slopes=None, key_lengths=None):
+    """The scaled scores (B, H, Tq, Tk) as the score-modifying features have them, before the
+    mask: capped as c * tanh(x / c) (``softcap``), then ALiBi's -m_h * |p - j| added
+    (``alibi_slopes``, p the query's position). In place; in the scores' own dtype."""
+    if softcap is not None:
+        cap = scores.dtype.type(softcap)
+        scores /= cap
+        np.tanh(scores, out=scores)
+        scores *= cap
+    if alibi_slopes is not None:
+        tq, tk = scores.shape[-2:]
+        distance = np.abs(query_positions(tq, tk, key_lengths) - np.arange(tk))  # (B, Tq, Tk)
+        slopes = np.asarray(alibi_slopes, scores.dtype)[None, :, None, None]  # (1, H, 1, 1)
+        scores -= slopes * distance[:, None].astype(scores.dtype)  # (B, H, Tq, Tk)
+    return scores
 
 
 def repeat_kv_heads(q: np.ndarray, kv: np.ndarray) -> np.ndarray:
@@ -67,15 +100,23 @@ def repeat_kv_heads(q: np.ndarray, kv: np.ndarray) -> np.ndarray:
     return np.repeat(kv, heads // kv_heads, axis=-3)  # (B, Hkv, T, D) -> (B, Hq, T, D)
 
 
-def softmax(scores: np.ndarray) -> np.ndarray:
+def softmax(scores: np.ndarray, sinks=None) -> np.ndarray:
     """Row softmax over the last axis, in the scores' own dtype. A row of -inf (no visible key)
-    gives NaN: nothing defines its weights."""
+    gives NaN: nothing defines its weights. ``sinks`` (one logit per head) join each row's
+    denominator alone: p_j = exp(x_j) / (sum_k exp(x_k) + exp(s_h))."""
+    top = scores.max(axis=-1, keepdims=True)
+    if sinks is not None:
+        sink = np.asarray(sinks, scores.dtype)[:, None, None]  # (H, 1, 1)
+        top = np.maximum(top, sink)
     # Subtracting the row maximum leaves the softmax unchanged and keeps exp() from overflowing.
-    weights = scores - scores.max(axis=-1, keepdims=True)
+    weights = scores - top
     # In place, the same values: on large scores a fresh array for exp() and another for the
     # division cost more than the arithmetic (ANDREA's twelve heads: several times slower).
     np.exp(weights, out=weights)
-    weights /= weights.sum(axis=-1, keepdims=True)
+    total = weights.sum(axis=-1, keepdims=True)
+    if sinks is not None:
+        total += np.exp(sink - top)
+    weights /= total
     return weights
 
 
@@ -88,22 +129,43 @@ def reference_scores(q: np.ndarray, k: np.ndarray, scale: float | None = None) -
 
 
 def reference_masked_scores(
-    q, k, *, causal: bool = True, scale: float | None = None, window=None, key_lengths=None
+    q,
+    k,
+    *,
+    causal: bool = True,
+    scale: float | None = None,
+    window=None,
+    key_lengths=None,
+    chunk=None,
+    softcap=None,
+    alibi_slopes=None,
 ):
-    """Scaled scores with -inf where the mask hides a key, (B, H, Tq, Tk), in float64."""
+    """Scaled scores, modified (softcap, ALiBi) and with -inf where the mask hides a key,
+    (B, H, Tq, Tk), in float64."""
     scores = reference_scores(q, repeat_kv_heads(q, k), scale)
-    return masked(scores, causal=causal, window=window, key_lengths=key_lengths, in_place=True)
+    modified_scores(scores, softcap=softcap, alibi_slopes=alibi_slopes, key_lengths=key_lengths)
+    return masked(
+        scores, causal=causal, window=window, key_lengths=key_lengths, chunk=chunk, in_place=True
+    )
 
 
 def masked(
-    scores: np.ndarray, *, causal: bool, window=None, key_lengths=None, in_place: bool = False
+    scores: np.ndarray,
+    *,
+    causal: bool,
+    window=None,
+    key_lengths=None,
+    chunk=None,
+    in_place: bool = False,
 ) -> np.ndarray:
     """``scores`` with -inf where a key is hidden: the document's causal mask, or the extensions'
-    :func:`visible_keys` where a window or key lengths are given. ``in_place`` writes the -inf
-    into ``scores`` itself, for a caller that owns them."""
+    :func:`visible_keys` where a window, key lengths or a chunk are given. ``in_place`` writes
+    the -inf into ``scores`` itself, for a caller that owns them."""
     tq, tk = scores.shape[-2:]
-    if window is not None or key_lengths is not None:
-        visible = visible_keys(tq, tk, causal=causal, window=window, key_lengths=key_lengths)
+    if window is not None or key_lengths is not None or chunk is not None:
+        visible = visible_keys(
+            tq, tk, causal=causal, window=window, key_lengths=key_lengths, chunk=chunk
+        )
     elif causal:
         visible = causal_mask(tq, tk)
     else:
@@ -122,9 +184,11 @@ def reference_log_sum_exp(q, k, *, causal: bool = True, scale: float | None = No
     return (top + np.log(np.exp(scores - top).sum(axis=-1, keepdims=True)))[..., 0]
 
 
-def reference_weights(q, k, *, causal: bool = True, scale: float | None = None, **variant):
+def reference_weights(
+    q, k, *, causal: bool = True, scale: float | None = None, sinks=None, **variant
+):
     """softmax(mask(scores)) row by row, (B, H, Tq, Tk), in float64."""
-    return softmax(reference_masked_scores(q, k, causal=causal, scale=scale, **variant))
+    return softmax(reference_masked_scores(q, k, causal=causal, scale=scale, **variant), sinks)
 
 
 def reference_attention(q, k, v, *, causal: bool = True, scale: float | None = None, **variant):
@@ -251,14 +315,35 @@ def naive_baseline_weights(
     )
 
 
-def _naive_weights(q, k, *, dtype: str, causal: bool, scale: float | None, **variant):
+def _naive_weights(
+    q,
+    k,
+    *,
+    dtype: str,
+    causal: bool,
+    scale: float | None,
+    softcap=None,
+    alibi_slopes=None,
+    sinks=None,
+    **variant,
+):
     """:func:`naive_baseline_weights` held in the accumulation dtype, where the products that
-    follow read them."""
+    follow read them. The modified scores are rounded to the dtype, as a kernel storing them
+    there has them."""
     accumulate = _accumulation(dtype)
     q, k = (_rounded(x, dtype) for x in (q, repeat_kv_heads(q, k)))
     scale = accumulate(resolve_scale(scale, q.shape[-1]))
     scores = _rounded(_rounded(q @ k.swapaxes(-1, -2), dtype) * scale, dtype)
-    weights = softmax(masked(scores, causal=causal, in_place=True, **variant))
+    if softcap is not None or alibi_slopes is not None:
+        scores = np.array(scores)  # the rounded scores may be a view of the inputs' products
+        modified_scores(
+            scores,
+            softcap=softcap,
+            alibi_slopes=alibi_slopes,
+            key_lengths=variant.get("key_lengths"),
+        )
+        scores = np.array(_rounded(scores, dtype))
+    weights = softmax(masked(scores, causal=causal, in_place=True, **variant), sinks)
     return _rounded(weights, dtype)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from spec.dtypes import UNIT_ROUNDOFF, round_to
+from spec.features import UNMODELLED_KEYWORDS
 from spec.formula import (
     accumulation_dtype,
     each_item_or_sequence,
@@ -51,6 +52,16 @@ class Call:
     query_lengths: tuple[int, ...] | None = None
     cu_seqlens_q: tuple[int, ...] | None = None
     cu_seqlens_k: tuple[int, ...] | None = None
+    softcap: float | None = None
+    alibi_slopes: tuple[float, ...] | None = None
+    sinks: tuple[float, ...] | None = None
+    chunk: int | None = None
+
+    @property
+    def modified(self) -> bool:
+        """Whether a feature the variants below do not model is on (spec.features): written for
+        the plain scores and mask, none of them applies to such a call."""
+        return any(getattr(self, keyword) is not None for keyword in UNMODELLED_KEYWORDS)
 
     @classmethod
     def of(cls, q, k, v, *, dtype: str, causal=True, scale=None, **variant) -> Call:
@@ -828,5 +839,8 @@ def find_mistake(name: str) -> Mistake:
 
 
 def mistakes_showing_in(call: Call) -> list[Mistake]:
-    """The mistakes whose variant can differ from the formula on ``call``."""
+    """The mistakes whose variant can differ from the formula on ``call``: none where a feature
+    is on that the variants do not model."""
+    if call.modified:
+        return []
     return [m for m in MISTAKES.values() if m.shows(call)]

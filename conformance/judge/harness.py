@@ -45,6 +45,10 @@ class Case:
     query_lengths: tuple[int, ...] | None = None
     cu_seqlens_q: tuple[int, ...] | None = None  # packed sequences: a batch of one
     cu_seqlens_k: tuple[int, ...] | None = None
+    softcap: float | None = None
+    alibi_slopes: tuple[float, ...] | None = None  # one per query head
+    sinks: tuple[float, ...] | None = None  # one per query head
+    chunk: int | None = None
     layout: str = "contiguous"  # how the worker lays the inputs out (impls.capabilities.LAYOUTS)
     poison_allocations: bool = False  # fresh allocations read as NaN during the call
 

@@ -28,6 +28,7 @@ FAMILIES = (
     "window",
     "padding",
     "strides",
+    "score modifiers",
     "memory",
     "stress",
 )
@@ -129,6 +130,6 @@ def correct_variant(fn: Callable) -> Callable:
 
 def load_members() -> dict[str, Member]:
     """Every member, mutants and correct variants, by name."""
-    from tests.zoo import correct, extensions, mutants  # noqa: F401  (importing registers them)
+    from tests.zoo import correct, extensions, modifiers, mutants  # noqa: F401  (importing registers them)
 
     return MEMBERS
