@@ -95,10 +95,18 @@ class TorchArrays:
             return torch.autograd.grad(out, (q, k, v), grad_out)
 
 
-def visible_mask(tq: int, tk: int, device, *, causal=True, window=None, key_lengths=None) -> Any:
+def query_positions(tq: int, tk: int, device, key_lengths=None) -> Any:
+    """(B or 1, Tq, 1): query row i of item b at absolute position i + L_b - Tq."""
+    lengths = torch.tensor([tk] if key_lengths is None else list(key_lengths), device=device)
+    return torch.arange(tq, device=device)[:, None] + (lengths - tq)[:, None, None]
+
+
+def visible_mask(
+    tq: int, tk: int, device, *, causal=True, window=None, key_lengths=None, chunk=None
+) -> Any:
     """(B or 1, 1, Tq, Tk) boolean mask, True where query row i of batch item b sees key j: item b
-    holds its first L_b keys, its row i sits at position p = i + L_b - Tq, and a left window w
-    keeps keys p - w <= j <= p."""
+    holds its first L_b keys, its row i sits at position p = i + L_b - Tq, a left window w
+    keeps keys p - w <= j <= p, and a chunk C those with j // C == p // C."""
     lengths = torch.tensor([tk] if key_lengths is None else list(key_lengths), device=device)
     keys = torch.arange(tk, device=device)  # (Tk,)
     positions = (
@@ -109,7 +117,17 @@ def visible_mask(tq: int, tk: int, device, *, causal=True, window=None, key_leng
         mask = mask & (keys <= positions)
     if window is not None:
         mask = mask & (keys >= positions - window)
+    if chunk is not None:
+        mask = mask & (keys // chunk == positions // chunk)
     return mask[:, None]  # (B, 1, Tq, Tk)
+
+
+def alibi_bias(tq: int, tk: int, slopes, like, key_lengths=None) -> Any:
+    """(B or 1, H, Tq, Tk) ALiBi's -m_h * |p - j| in ``like``'s dtype and device."""
+    positions = query_positions(tq, tk, like.device, key_lengths)  # (B, Tq, 1)
+    distance = (positions - torch.arange(tk, device=like.device)).abs()  # (B, Tq, Tk)
+    slopes = torch.tensor(list(slopes), dtype=like.dtype, device=like.device)[:, None, None]
+    return -slopes * distance[:, None].to(like.dtype)  # (B, H, Tq, Tk)
 
 
 def padding_zeroed(kv, key_lengths) -> Any:

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from impls.capabilities import SCORE_FEATURES, every_extension_but
+from impls.capabilities import every_extension_but
 from impls.contract import (
     DTYPES,
     RAISES_ON_ALL,
@@ -13,7 +13,14 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
-from impls.torch_arrays import TorchArrays, bottom_right_mask, padding_zeroed, torch, visible_mask
+from impls.torch_arrays import (
+    TorchArrays,
+    alibi_bias,
+    bottom_right_mask,
+    padding_zeroed,
+    torch,
+    visible_mask,
+)
 
 
 class TorchSdpa(TorchArrays, Implementation):
@@ -30,8 +37,10 @@ class TorchSdpa(TorchArrays, Implementation):
     NaN on the CPU (the masked -inf scores are multiplied by the zero scale; the README's
     built-ins section names the test that found it).
 
-    Grouped-query heads use PyTorch's own ``enable_gqa``. A window and key lengths become an
-    explicit boolean mask. The padding's keys and values are zeroed first: PyTorch turns a
+    Grouped-query heads use PyTorch's own ``enable_gqa``. A window, key lengths and a chunk
+    become an explicit boolean mask; ALiBi an additive float mask, its bias with -inf where a
+    key is hidden. A softcap and sinks SDPA cannot express: they are not declared.
+    The padding's keys and values are zeroed first: PyTorch turns a
     boolean mask into an added -inf, so a NaN or inf key in the padding still makes the item's
     rows NaN (NaN + -inf, inf + -inf; test_padding.py's nonfinite test finds it without this),
     and a weight of 0 times a NaN value is NaN too.
@@ -41,7 +50,7 @@ class TorchSdpa(TorchArrays, Implementation):
         dtypes=DTYPES,
         autograd=True,
         conventions=RAISES_ON_ALL,
-        **every_extension_but(*SCORE_FEATURES),
+        **every_extension_but("softcap", "sinks"),
     )
 
     def __init__(self, device: str = "cpu"):
@@ -49,9 +58,22 @@ class TorchSdpa(TorchArrays, Implementation):
         self.name = "torch_sdpa" if device == "cpu" else f"torch_sdpa_{device}"
 
     def attention(
-        self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **packing
+        self,
+        q,
+        k,
+        v,
+        *,
+        causal=True,
+        scale=None,
+        window=None,
+        key_lengths=None,
+        chunk=None,
+        alibi_slopes=None,
+        **packing,
     ):
-        variant = dict(window=window, key_lengths=key_lengths)
+        variant = dict(window=window, key_lengths=key_lengths, chunk=chunk)
+        if alibi_slopes is not None:
+            variant["alibi_slopes"] = alibi_slopes
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
         split = self.each_item_or_sequence(
             q, k, v, causal=causal, scale=scale, **variant, **packing
@@ -61,8 +83,13 @@ class TorchSdpa(TorchArrays, Implementation):
         tq, tk = q.shape[-2], k.shape[-2]
         scale = resolve_scale(scale, q.shape[-1])
         grouped = dict(enable_gqa=True) if k.shape[-3] != q.shape[-3] else {}
-        if window is not None or key_lengths is not None:
-            mask = visible_mask(tq, tk, q.device, causal=causal, **variant)
+        if any(value is not None for value in variant.values()):
+            mask = visible_mask(
+                tq, tk, q.device, causal=causal, window=window, key_lengths=key_lengths, chunk=chunk
+            )
+            if alibi_slopes is not None:  # an additive mask: the bias, -inf where hidden
+                bias = alibi_bias(tq, tk, alibi_slopes, q, key_lengths)
+                mask = bias.masked_fill(~mask, -torch.inf)
             return torch.nn.functional.scaled_dot_product_attention(
                 q,
                 padding_zeroed(k, key_lengths),
