@@ -48,6 +48,12 @@ PADDED_QUERY_ROWS = {
     "unspecified": "rows past an item's query length hold anything and are not compared",
 }
 
+# The base of a returned log-sum-exp (the lse feature).
+LSE_BASES = {
+    "e": "the natural logarithm of sum_j exp(x_j) (FlashAttention, FlashInfer's merge_state)",
+    "2": "log2 of sum_j 2^(x_j log2 e), as kernels computing with exp2 keep it",
+}
+
 # How inputs may arrive: views into other arrays, as a model's projections hand them over.
 LAYOUTS: dict[str, str] = {
     "contiguous": "dense (B, H, T, D) arrays",
@@ -63,10 +69,22 @@ EVERY_EXTENSION: dict[str, Any] = {
     **{feature.name: True for feature in FEATURES},
     "padded_query_rows": "zeros",
     "layouts": tuple(LAYOUTS),
+    "merges_states": True,
 }
 # The features that change the scores or cut the causal mask into chunks: softcap, ALiBi,
 # sinks, chunks. An implementation with the others: Capabilities(**every_extension_but(...)).
 SCORE_FEATURES = ("softcap", "alibi", "sinks", "chunked")
+# The features of 2026 beyond the score modifiers: the log-sum-exp and merged partial states.
+STATE_FEATURES = ("lse",)
+
+
+def refuse_split_lse(name: str, variant: dict) -> None:
+    """A log-sum-exp with padded query rows or packed sequences, which the built-ins do not
+    return yet: an error saying so, never a wrong lse."""
+    if variant.get("query_lengths") is not None or variant.get("cu_seqlens_q") is not None:
+        raise NotImplementedError(
+            f"{name} does not return a log-sum-exp with query_lengths or packed sequences"
+        )
 
 
 def every_extension_but(*features: str) -> dict[str, Any]:
@@ -74,7 +92,10 @@ def every_extension_but(*features: str) -> dict[str, Any]:
     unknown = [name for name in features if name not in EVERY_EXTENSION]
     if unknown:
         raise ValueError(f"{', '.join(unknown)}: not a feature of spec.features")
-    return EVERY_EXTENSION | dict.fromkeys(features, False)
+    undeclared = dict.fromkeys(features, False)
+    if "lse" in features:
+        undeclared["merges_states"] = False  # no merge without a log-sum-exp to merge by
+    return EVERY_EXTENSION | undeclared
 
 
 def with_feature_flags(cls: type) -> type:
@@ -103,6 +124,8 @@ class Capabilities:
     # (name, value) pairs from CONVENTIONS; a name left out accepts any of its values
     conventions: tuple[tuple[str, str], ...] = ()
     padded_query_rows: str = "unspecified"  # with query_lengths: PADDED_QUERY_ROWS
+    lse_base: str = "e"  # with lse: LSE_BASES
+    merges_states: bool = False  # with lse: it has merge_states(outputs, lses)
     # LAYOUTS it computes right; one left out must compute right or raise a clear error
     layouts: tuple[str, ...] = ("contiguous",)
 
@@ -127,6 +150,13 @@ class Capabilities:
                 f"Capabilities.padded_query_rows={self.padded_query_rows!r}, but should be one of "
                 + ", ".join(PADDED_QUERY_ROWS)
             )
+        if self.lse_base not in LSE_BASES:
+            raise ValueError(
+                f"Capabilities.lse_base={self.lse_base!r}, but should be one of "
+                + ", ".join(LSE_BASES)
+            )
+        if self.merges_states and not self.lse:
+            raise ValueError("Capabilities.merges_states=True, but lse is not declared")
         unknown = [layout for layout in self.layouts if layout not in LAYOUTS]
         if unknown or "contiguous" not in self.layouts:
             raise ValueError(
@@ -166,6 +196,8 @@ class Capabilities:
             text += "; layouts " + ",".join(self.layouts)
         if self.query_lengths:
             text += f"; padded query rows {self.padded_query_rows}"
+        if self.lse:
+            text += f"; lse base {self.lse_base}" + (", merge_states" if self.merges_states else "")
         if self.conventions == RAISES_ON_ALL:
             return text + "; raises on every convention"
         if self.conventions:

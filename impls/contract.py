@@ -136,6 +136,12 @@ class Implementation(ABC):
         """The (B, H, Tq, Tk) attention weights, where ``capabilities.exposes_weights``."""
         raise NotImplementedError(f"{self.name} does not expose attention weights")
 
+    def merge_states(self, outputs: Any, lses: Any) -> Any:
+        """Where ``capabilities.merges_states``: one state from P partial ones over disjoint
+        keys, outputs (P, B, H, Tq, Dv) and lses (P, B, H, Tq) in ``capabilities.lse_base``:
+        o = sum_i exp(lse_i - L) o_i, L = logsumexp_i lse_i; returns (out, lse)."""
+        raise NotImplementedError(f"{self.name} does not merge states")
+
     def vjp(self, q, k, v, grad_out, *, causal: bool = True, scale: float | None = None):
         """Gradients (dq, dk, dv) of sum(out * grad_out), where ``capabilities.autograd``."""
         raise NotImplementedError(f"{self.name} does not support autograd")
@@ -206,12 +212,19 @@ class PlainCallable(NumpyArrays, Implementation):
             # its padded query rows: an attribute, as in fn.padded_query_rows = "zeros"
             padded_query_rows=getattr(fn, "padded_query_rows", "unspecified"),
             layouts=tuple(getattr(fn, "layouts", ("contiguous",))),  # as fn.layouts = (...)
+            # its log-sum-exp's base and its merge: attributes, as fn.lse_base = "2" and
+            # fn.merge_states = my_merge
+            lse_base=getattr(fn, "lse_base", "e"),
+            merges_states="return_lse" in accepted and callable(getattr(fn, "merge_states", None)),
         )
 
     def version(self) -> str:
         module = inspect.getmodule(self.fn)
         version = getattr(module, "__version__", None) if module else None
         return f"{self.name} {version}" if version else f"plain callable, numpy {np.__version__}"
+
+    def merge_states(self, outputs, lses):
+        return self.fn.merge_states(outputs, lses)
 
     def attention(self, q, k, v, *, causal=True, scale=None, **variant):
         if k.shape[-3] != q.shape[-3] and self.capabilities.gqa:

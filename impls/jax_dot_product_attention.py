@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 
-from impls.capabilities import SCORE_FEATURES, every_extension_but
+from impls.capabilities import SCORE_FEATURES, STATE_FEATURES, every_extension_but
 from impls.contract import (
     RAISES_ON_ALL,
     Capabilities,
@@ -34,7 +34,7 @@ class JaxDotProductAttention(JaxArrays, Implementation):
         dtypes=("float32",),
         distinct_value_dim=False,
         conventions=RAISES_ON_ALL,
-        **every_extension_but(*SCORE_FEATURES),
+        **every_extension_but(*SCORE_FEATURES, *STATE_FEATURES),
     )
 
     def attention(

@@ -33,7 +33,9 @@ from impls.capabilities import Capabilities
 
 # --- the worker line ---------------------------------------------------------------------------
 
-OPS = ("attention", "attention_weights", "vjp", "timed_attention")
+OPS = ("attention", "attention_weights", "vjp", "merge_states", "timed_attention")
+# The ops that return several arrays, and how many; attention does too with return_lse=True.
+SEVERAL_OUTPUTS = {"vjp": 3, "merge_states": 2}
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,8 @@ class NotResolved:
 
 @dataclass(frozen=True)
 class Answered:
-    """The call returned: one output for attention and attention_weights, three for vjp."""
+    """The call returned: one output for attention and attention_weights, two for attention with
+    return_lse=True and for merge_states, three for vjp."""
 
     outputs: tuple[OutputArray, ...]
 

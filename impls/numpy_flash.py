@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from impls.capabilities import refuse_split_lse
 from impls.contract import (
     EVERY_EXTENSION,
     RAISES_ON_ALL,
@@ -143,8 +144,15 @@ class NumpyFlash(NumpyArrays, Implementation):
         **EVERY_EXTENSION,
     )
 
-    def attention(self, q, k, v, *, causal=True, scale=None, window=None, **variant):
+    def attention(
+        self, q, k, v, *, causal=True, scale=None, window=None, return_lse=False, **variant
+    ):
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, window=window, **variant)
+        if return_lse:
+            refuse_split_lse(self.name, variant)
+            return self.attention_and_lse(
+                q, k, v, causal=causal, scale=scale, window=window, **variant
+            )
         split = self.each_item_or_sequence(
             q, k, v, causal=causal, scale=scale, window=window, **variant
         )
@@ -153,6 +161,19 @@ class NumpyFlash(NumpyArrays, Implementation):
         return self.attention_and_lse(
             q, k, v, causal=causal, scale=scale, window=window, **variant
         )[0]
+
+    def merge_states(self, outputs, lses):
+        """The merge a split-KV kernel runs after its parts (FlashAttention's combine), in the
+        states' dtype: the largest lse subtracted first, parts that saw no key (-inf) skipped."""
+        dtype = outputs.dtype
+        top = lses.max(axis=0)  # (B, H, Tq)
+        shift = np.where(top == -np.inf, dtype.type(0), top)
+        weights = np.exp(lses - shift)  # (P, B, H, Tq): 0 for an empty part
+        total = weights.sum(axis=0)
+        parts = np.where(weights[..., None] > 0, weights[..., None] * outputs, dtype.type(0))
+        out = parts.sum(axis=0) / np.where(total > 0, total, dtype.type(1))[..., None]
+        with np.errstate(divide="ignore"):
+            return out.astype(dtype), (shift + np.log(total)).astype(dtype)
 
     def attention_and_lse(
         self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **modifiers

@@ -5,6 +5,7 @@ The suite judges it like any other: the formula the judge trusts must itself mee
 
 from __future__ import annotations
 
+from impls.capabilities import refuse_split_lse
 from impls.contract import (
     EVERY_EXTENSION,
     RAISES_ON_ALL,
@@ -13,7 +14,12 @@ from impls.contract import (
     NumpyArrays,
     validate_inputs,
 )
-from spec.formula import reference_attention, reference_weights
+from spec.formula import (
+    merge_states,
+    reference_attention,
+    reference_log_sum_exp,
+    reference_weights,
+)
 
 
 class NumpyReference(NumpyArrays, Implementation):
@@ -25,14 +31,23 @@ class NumpyReference(NumpyArrays, Implementation):
         **EVERY_EXTENSION,
     )
 
-    def attention(self, q, k, v, *, causal=True, scale=None, window=None, **lengths):
-        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, window=window, **lengths)
+    def attention(
+        self, q, k, v, *, causal=True, scale=None, window=None, return_lse=False, **variant
+    ):
+        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, window=window, **variant)
+        if return_lse:
+            refuse_split_lse(self.name, variant)
+            options = dict(causal=causal, scale=scale, window=window, **variant)
+            return reference_attention(q, k, v, **options), reference_log_sum_exp(q, k, **options)
         split = self.each_item_or_sequence(
-            q, k, v, causal=causal, scale=scale, window=window, **lengths
+            q, k, v, causal=causal, scale=scale, window=window, **variant
         )
         if split is not None:
             return split
-        return reference_attention(q, k, v, causal=causal, scale=scale, window=window, **lengths)
+        return reference_attention(q, k, v, causal=causal, scale=scale, window=window, **variant)
+
+    def merge_states(self, outputs, lses):
+        return merge_states(outputs, lses)
 
     def attention_weights(self, q, k, *, causal=True, scale=None):
         validate_inputs(q, k, k, causal=causal, scale=scale)

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from impls.capabilities import SCORE_FEATURES, every_extension_but
+from impls.capabilities import SCORE_FEATURES, STATE_FEATURES, every_extension_but
 from impls.contract import (
     RAISES_ON_ALL,
     Capabilities,
@@ -73,7 +73,7 @@ class NumpyVectorised(NumpyArrays, Implementation):
         dtypes=("float64", "float32"),
         conventions=RAISES_ON_ALL,
         # every layout: reshape copies what is not contiguous
-        **every_extension_but(*SCORE_FEATURES),
+        **every_extension_but(*SCORE_FEATURES, *STATE_FEATURES),
     )
 
     def attention(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from impls.capabilities import SCORE_FEATURES, every_extension_but
+from impls.capabilities import SCORE_FEATURES, STATE_FEATURES, every_extension_but
 from impls.contract import (
     DTYPES,
     RAISES_ON_ALL,
@@ -24,7 +24,7 @@ class TorchEager(TorchArrays, Implementation):
         autograd=True,
         exposes_weights=True,
         conventions=RAISES_ON_ALL,
-        **every_extension_but(*SCORE_FEATURES),
+        **every_extension_but(*SCORE_FEATURES, *STATE_FEATURES),
     )
 
     def __init__(self, device: str = "cpu"):

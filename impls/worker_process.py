@@ -29,6 +29,7 @@ import numpy as np
 from impls.contract import Implementation
 from impls.messages import (
     OPS,
+    SEVERAL_OUTPUTS,
     Answered,
     Broke,
     Call,
@@ -224,10 +225,25 @@ def handle(impl, call: Call) -> Answer:
         return Broke(changed)
     try:
         input_device = impl.device_of(natives[0])
-        outputs = tuple(out) if call.op == "vjp" else (out,)
+        outputs = outputs_of(call, out)
         return Answered(tuple(returned(impl, output, input_device) for output in outputs))
     except BaseException as exc:
         return Broke(str(exc))
+
+
+def outputs_of(call: Call, out) -> tuple:
+    """The arrays a call returned: one, or as many as its op (or return_lse) asks for; a
+    TypeError names what came back instead."""
+    count = SEVERAL_OUTPUTS.get(call.op, 2 if call.keywords.get("return_lse") else 1)
+    if count == 1:
+        return (out,)
+    if not isinstance(out, tuple | list) or len(out) != count:
+        what = f"{type(out).__qualname__}" + (
+            f" of {len(out)}" if isinstance(out, tuple | list) else ""
+        )
+        asked = "return_lse=True" if call.op == "attention" else f"{call.op}()"
+        raise TypeError(f"{asked} returned a {what}, but should return a tuple of {count} arrays")
+    return tuple(out)
 
 
 def raised(exc: BaseException) -> Raised:

@@ -43,6 +43,7 @@ GROUPS = (
     "memory",
     "stress",
     "modifiers",
+    "states",
 )
 _REQUIRED = ("id", "level", "section", "group", "statement", "checked_on")
 _OPTIONAL = ("follows_from", "erratum", "refines")

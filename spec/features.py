@@ -109,6 +109,20 @@ FEATURES: tuple[Feature, ...] = (
         in_mistakes=False,
     ),
     Feature(
+        "lse",
+        "return_lse=True: the call returns (out, lse), lse (B, H, Tq) the log-sum-exp of each "
+        "row's scaled, modified, masked scores, the sink's logit not included, in the base the "
+        "implementation declares (Capabilities.lse_base: e, or 2); merge_states(outputs, lses), "
+        "where an implementation ships one, merges parts over disjoint keys as "
+        "o = sum_i exp(lse_i - L) o_i, L = logsumexp_i lse_i (FlashAttention softmax_lse and "
+        "flash_attn_combine, FlashInfer merge_state, vLLM merge_attn_states)",
+        keywords=("return_lse",),
+        plain_keywords=("return_lse",),
+        flag="lse",
+        missing="return_lse (the log-sum-exp)",
+        in_mistakes=False,
+    ),
+    Feature(
         "chunked",
         "chunk=C: the query at absolute position p sees key j only when j <= p and "
         "j // C == p // C (Llama 4's chunked attention, FlashAttention attention_chunk); causal "

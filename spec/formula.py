@@ -176,12 +176,69 @@ def masked(
     return np.where(visible, scores, -np.inf)
 
 
-def reference_log_sum_exp(q, k, *, causal: bool = True, scale: float | None = None) -> np.ndarray:
-    """log(sum_j exp(score[i, j])) over each row's visible keys, (B, H, Tq), in float64: what a
-    flash kernel's optional second output should hold."""
-    scores = reference_masked_scores(q, k, causal=causal, scale=scale)
+def reference_log_sum_exp(
+    q, k, *, causal: bool = True, scale: float | None = None, sinks=None, **variant
+) -> np.ndarray:
+    """log(sum_j exp(x_ij)) over each row's visible keys of its scaled, modified scores,
+    (B, H, Tq), in float64: a flash kernel's second output. A sink is not a key: its logit is
+    left out. A row that sees no key has -inf."""
+    scores = reference_masked_scores(q, k, causal=causal, scale=scale, **variant)
     top = scores.max(axis=-1, keepdims=True)
-    return (top + np.log(np.exp(scores - top).sum(axis=-1, keepdims=True)))[..., 0]
+    finite_top = np.where(np.isneginf(top), 0.0, top)
+    with np.errstate(divide="ignore"):  # log(0) = -inf: a row that sees no key
+        return (finite_top + np.log(np.exp(scores - finite_top).sum(axis=-1, keepdims=True)))[
+            ..., 0
+        ]
+
+
+def merge_states(
+    outputs, lses, base: str = "e", work_dtype: str = "float64"
+) -> tuple[np.ndarray, np.ndarray]:
+    """One attention state from P partial ones over disjoint keys (split-KV, FlashDecoding):
+    outputs (P, B, H, Tq, Dv) and their log-sum-exps (P, B, H, Tq) in ``base`` ("e" or "2").
+    o = sum_i exp(lse_i - L) o_i with L = logsumexp_i lse_i; a part with lse = -inf (it saw no
+    key) contributes nothing, whatever its output holds. Returns (out, lse) in float64, lse in
+    ``base``; rows no part saw are 0 with lse -inf. ``work_dtype``: the arithmetic's dtype (a
+    kernel's accumulation dtype, for the naive baseline of a shipped merge)."""
+    work = np.dtype(work_dtype)
+    outputs, lses = np.asarray(outputs, work), np.asarray(lses, work)
+    top = lses.max(axis=0)  # (B, H, Tq), in the lses' own base
+    finite_top = np.where(np.isneginf(top), work.type(0), top)
+    # The difference first, in the lses' base (exact where they are close): converting large
+    # base-2 values to the natural base before it would round them by their magnitude.
+    exponents = lses - finite_top  # (P, B, H, Tq)
+    if base == "2":
+        exponents = exponents * work.type(math.log(2))
+    weights = np.exp(exponents)  # 0 for an empty part
+    seen = weights > 0
+    contributions = np.where(seen[..., None], weights[..., None] * outputs, work.type(0))
+    total = weights.sum(axis=0)  # (B, H, Tq)
+    out = contributions.sum(axis=0) / np.where(total > 0, total, work.type(1))[..., None]
+    with np.errstate(divide="ignore"):
+        lse = finite_top + (np.log2(total) if base == "2" else np.log(total))
+    return out.astype(np.float64), lse.astype(np.float64)
+
+
+def naive_log_sum_exp(q, k, *, dtype: str, causal: bool = True, scale=None, sinks=None, **variant):
+    """The log-sum-exp as a straightforward kernel in ``dtype`` keeps it: the scores and their
+    sum in the accumulation dtype (float32 below float64). Float64 out; the oracle's own for
+    float64."""
+    work = np.dtype(accumulation_dtype(dtype))
+    q, k = (np.asarray(x, work) for x in (q, repeat_kv_heads(q, k)))
+    scores = q @ k.swapaxes(-1, -2)
+    scores *= work.type(resolve_scale(scale, q.shape[-1]))
+    modified_scores(
+        scores,
+        softcap=variant.pop("softcap", None),
+        alibi_slopes=variant.pop("alibi_slopes", None),
+        key_lengths=variant.get("key_lengths"),
+    )
+    scores = masked(scores, causal=causal, in_place=True, **variant)
+    top = scores.max(axis=-1, keepdims=True)
+    finite_top = np.where(np.isneginf(top), work.type(0), top)
+    with np.errstate(divide="ignore"):
+        lse = finite_top + np.log(np.exp(scores - finite_top).sum(axis=-1, keepdims=True))
+    return lse[..., 0].astype(np.float64)
 
 
 def reference_weights(

@@ -61,7 +61,7 @@ class Call:
     def modified(self) -> bool:
         """Whether a feature the variants below do not model is on (spec.features): written for
         the plain scores and mask, none of them applies to such a call."""
-        return any(getattr(self, keyword) is not None for keyword in UNMODELLED_KEYWORDS)
+        return any(getattr(self, keyword, None) is not None for keyword in UNMODELLED_KEYWORDS)
 
     @classmethod
     def of(cls, q, k, v, *, dtype: str, causal=True, scale=None, **variant) -> Call:

@@ -49,6 +49,7 @@ class Case:
     alibi_slopes: tuple[float, ...] | None = None  # one per query head
     sinks: tuple[float, ...] | None = None  # one per query head
     chunk: int | None = None
+    return_lse: bool | None = None  # Subject.call_with_lse sets it
     layout: str = "contiguous"  # how the worker lays the inputs out (impls.capabilities.LAYOUTS)
     poison_allocations: bool = False  # fresh allocations read as NaN during the call
 
@@ -257,6 +258,34 @@ class Subject:
                 f"[{case.describe()}]"
             )
         return out.astype(np.float64)
+
+    def call_with_lse(self, case: Case, q, k, v) -> tuple[np.ndarray, np.ndarray]:
+        """The implementation's (out, lse) with return_lse=True, as float64 arrays of shapes
+        (B, H, Tq, Dv) and (B, H, Tq); the lse as returned, in the base it declares."""
+        answer = self.call_native(case.with_(return_lse=True), q, k, v)
+        out, lse = (self.client.to_numpy(x) for x in answer)
+        for what, got, shape in (("out", out, case.out_shape), ("lse", lse, case.q_shape[:-1])):
+            if got.shape != shape:
+                raise ImplementationBroke(
+                    f"{self.name} returned {what} of shape {got.shape} with return_lse=True, but "
+                    f"should return {shape} [{case.describe()}]"
+                )
+        return out.astype(np.float64), lse.astype(np.float64)
+
+    def merge(self, case: Case, outputs, lses) -> tuple[np.ndarray, np.ndarray]:
+        """The implementation's own merge_states of float64 states exact in the case's dtype,
+        outputs (P, B, H, Tq, Dv) and lses (P, B, H, Tq): (out, lse) as float64."""
+        caps = self.client.capabilities
+        if not caps.merges_states:
+            pytest.skip(f"{self.name} does not declare merge_states")
+        answer = self.client.merge_states(*self.to_native(case, outputs, lses))
+        out, lse = (self.client.to_numpy(x).astype(np.float64) for x in answer)
+        if out.shape != outputs.shape[1:] or lse.shape != lses.shape[1:]:
+            raise ImplementationBroke(
+                f"{self.name}'s merge_states returned shapes {out.shape} and {lse.shape}, but "
+                f"should return {outputs.shape[1:]} and {lses.shape[1:]}"
+            )
+        return out, lse
 
     def reproducer(self, case: Case | None = None) -> str:
         line = (

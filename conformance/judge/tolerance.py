@@ -220,6 +220,24 @@ def compare(
     )
 
 
+def compare_lse(actual: np.ndarray, truth: np.ndarray, naive: np.ndarray, *, dtype: str):
+    """Judge a returned log-sum-exp (in the natural base) against the oracle's. A kernel keeps it
+    in its accumulation dtype whatever its inputs' (FlashAttention's softmax_lse is float32 for
+    float16 and bfloat16), so the budget is that dtype's: 3x the naive float32 log-sum-exp's
+    error plus 2u of its magnitude below float64, the 64u floor in float64. Rows that see no key
+    (-inf in the truth) must be -inf."""
+    budget_dtype = accumulation_dtype(dtype)
+    finite = np.isfinite(truth)
+    magnitude = max(1.0, float(np.max(np.abs(truth[finite])))) if finite.any() else 1.0
+    return compare(
+        np.where(finite, actual, np.where(actual == truth, 0.0, np.inf)),
+        np.where(finite, truth, 0.0),
+        np.where(finite, naive, 0.0),
+        dtype=budget_dtype,
+        magnitude=magnitude,
+    )
+
+
 def compare_to_oracle(
     actual: np.ndarray,
     q,

@@ -358,6 +358,11 @@ class ImplementationClient:
             scale=scale,
         )
 
+    def merge_states(self, outputs, lses):
+        """The implementation's merge of partial states (P, B, H, Tq, Dv) and (P, B, H, Tq):
+        (out, lse)."""
+        return self.request("merge_states", [outputs, lses])
+
     def vjp(self, q, k, v, grad_out, *, causal: bool = True, scale: float | None = None):
         return self.request("vjp", [q, k, v, grad_out], causal=causal, scale=scale)
 
@@ -442,7 +447,7 @@ class ImplementationClient:
             raise ImplementationBroke(f"{self.name}'s worker answered {op}() with a {answer}")
         if isinstance(answer, Timed):
             return list(answer.seconds)
-        return answer.outputs if op == "vjp" else answer.outputs[0]
+        return answer.outputs if len(answer.outputs) > 1 else answer.outputs[0]
 
     def take_output(self) -> str:
         """What the implementation printed since the last call of this, truncated."""

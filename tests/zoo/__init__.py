@@ -29,6 +29,7 @@ FAMILIES = (
     "padding",
     "strides",
     "score modifiers",
+    "partial states",
     "memory",
     "stress",
 )
@@ -68,7 +69,12 @@ def _validating(fn: Callable) -> Callable:
     # extensions it implements by naming their keywords, as any plain callable does.
     @functools.wraps(fn)
     def member(q, k, v, *, causal=True, scale=None, **variant):
-        checked = {name: value for name, value in variant.items() if name != "enable_gqa"}
+        # what validate_inputs does not take: PyTorch's flag and the request for a second output
+        checked = {
+            name: value
+            for name, value in variant.items()
+            if name not in ("enable_gqa", "return_lse")
+        }
         gqa = variant.get("enable_gqa", False)
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=gqa, **checked)
         return fn(q, k, v, causal=causal, scale=scale, **variant)
@@ -130,6 +136,6 @@ def correct_variant(fn: Callable) -> Callable:
 
 def load_members() -> dict[str, Member]:
     """Every member, mutants and correct variants, by name."""
-    from tests.zoo import correct, extensions, modifiers, mutants  # noqa: F401  (importing registers them)
+    from tests.zoo import correct, extensions, modifiers, mutants, states  # noqa: F401  (importing registers them)
 
     return MEMBERS

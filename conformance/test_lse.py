@@ -1,0 +1,123 @@
+"""Extensions, partial states: the log-sum-exp a kernel returns beside its output (LSE-VALUE),
+and attention over keys split into parts, each part's state merged into the whole (LSE-MERGE),
+by the suite's merge and by the one an implementation ships."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from conformance.judge.assertions import assert_matches_oracle, assert_within_budget
+from conformance.judge.harness import Case
+from conformance.judge.tolerance import compare, compare_lse
+from spec.dtypes import round_to
+from spec.formula import (
+    accumulation_dtype,
+    merge_states,
+    naive_log_sum_exp,
+    reference_log_sum_exp,
+)
+
+SHAPES = {
+    "prefill": Case(batch=2, heads=4, tq=70, head_dim=16),
+    "decode": Case(batch=1, heads=4, tq=1, tk=90, head_dim=16),
+    "Tq<Tk": Case(batch=1, heads=4, tq=7, tk=48, head_dim=16),
+    "non-causal": Case(batch=1, heads=4, tq=33, head_dim=16, causal=False),
+}
+
+
+def natural(subject, lse: np.ndarray) -> np.ndarray:
+    """A returned log-sum-exp in the natural base, from the base the implementation declares."""
+    return lse * math.log(2) if subject.client.capabilities.lse_base == "2" else lse
+
+
+def in_declared_base(subject, lse: np.ndarray) -> np.ndarray:
+    return lse / math.log(2) if subject.client.capabilities.lse_base == "2" else lse
+
+
+def assert_lse_matches(subject, case: Case, lse: np.ndarray, q, k, what: str = "lse") -> None:
+    """``lse`` (as returned) is the oracle's log-sum-exp of each row within its budget."""
+    __tracebackhide__ = True
+    options = dict(causal=case.causal, scale=case.scale, **case.variant)
+    truth = reference_log_sum_exp(q, k, **options)
+    naive = naive_log_sum_exp(q, k, dtype=case.dtype, **options)
+    comparison = compare_lse(natural(subject, lse), truth, naive, dtype=case.dtype)
+    assert_within_budget(subject, case, what, comparison)
+
+
+@pytest.mark.claim("LSE-VALUE")
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_the_log_sum_exp_of_each_row(subject, dtype, shape):
+    case = subject.fit(SHAPES[shape].with_(dtype=dtype))
+    q, k, v = subject.inputs(case, spread=2.0)
+    out, lse = subject.call_with_lse(case, q, k, v)
+    assert_matches_oracle(subject, case, out, q, k, v)
+    assert_lse_matches(subject, case, lse, q, k)
+
+
+# Splits of the keys into parts, as split-KV kernels make them: FlashDecoding's parts of a cache
+# for one query, and chunked prefill's cached prefix (seen whole by every new row) and new keys.
+SPLITS = {
+    "decode": (Case(batch=2, heads=4, tq=1, tk=150, head_dim=16), (0, 64, 128, 150)),
+    "prefill": (Case(batch=1, heads=4, tq=8, tk=100, head_dim=16), (0, 92, 100)),
+}
+
+
+def part_case(case: Case, start: int, stop: int) -> Case:
+    """The call over keys start..stop - 1 alone: without the causal mask where every query row
+    sits past the part, with it (bottom-right, as the whole) where the part ends the keys."""
+    assert stop == case.tk or stop <= case.tk - case.tq, (start, stop)
+    return case.with_(tk=stop - start, causal=case.causal and stop == case.tk)
+
+
+@pytest.mark.claim("LSE-MERGE")
+@pytest.mark.parametrize("split", list(SPLITS))
+def test_parts_over_split_keys_merge_into_the_whole(subject, dtype, split):
+    whole, bounds = SPLITS[split]
+    case = subject.fit(whole.with_(dtype=dtype))
+    q, k, v = subject.inputs(case, spread=2.0)
+    outputs, lses = [], []
+    for start, stop in itertools.pairwise(bounds):
+        out, lse = subject.call_with_lse(
+            part_case(case, start, stop), q, k[..., start:stop, :], v[..., start:stop, :]
+        )
+        outputs.append(out)
+        lses.append(natural(subject, lse))
+    merged, merged_lse = merge_states(np.stack(outputs), np.stack(lses))
+    assert_matches_oracle(subject, case, merged, q, k, v, what="merged out")
+    assert_lse_matches(subject, case, in_declared_base(subject, merged_lse), q, k, "merged lse")
+
+
+def states(case: Case, rng: np.random.Generator, parts: int = 3):
+    """Partial states to merge, exact in the case's dtype: outputs (P, B, H, Tq, Dv) and lses
+    (P, B, H, Tq) near 1000, where exp overflows even in float64 unless the largest is
+    subtracted first; part 1 saw no key (lse -inf) and holds NaN, as an empty split may."""
+    outputs = round_to(rng.standard_normal((parts, *case.out_shape)), case.dtype)
+    lses = round_to(1000.0 + 3.0 * rng.standard_normal((parts, *case.q_shape[:-1])), case.dtype)
+    outputs[1], lses[1] = np.nan, -np.inf
+    return outputs, lses
+
+
+@pytest.mark.claim("LSE-MERGE")
+def test_the_shipped_merge_skips_empty_parts_and_large_lses(subject, dtype):
+    case = subject.fit(Case(batch=2, heads=4, tq=5, head_dim=16, dtype=dtype))
+    outputs, lses = states(case, subject.rng)
+    out, lse = subject.merge(case, outputs, lses)
+    base = subject.client.capabilities.lse_base
+    truth, truth_lse = merge_states(outputs, lses, base)
+    naive, naive_lse = merge_states(outputs, lses, base, accumulation_dtype(case.dtype))
+    finite = np.isfinite(outputs)
+    comparison = compare(
+        out, truth, naive, dtype=case.dtype, magnitude=float(np.abs(outputs[finite]).max())
+    )
+    assert_within_budget(subject, case, "merge_states out", comparison)
+    lse_comparison = compare_lse(
+        natural(subject, lse),
+        natural(subject, truth_lse),
+        natural(subject, naive_lse),
+        dtype=case.dtype,
+    )
+    assert_within_budget(subject, case, "merge_states lse", lse_comparison)
