@@ -198,3 +198,63 @@ def test_padded_query_rows_hold_the_declared_convention(subject, dtype, case):
                 f"are not 0 (first: {padding[padding != 0][0]!r}), but it declares "
                 "padded_query_rows='zeros'",
             )
+
+
+EMPTY_CASES = [
+    # a decoding batch in which item 1 has no key cached yet
+    Case(batch=3, heads=2, tq=1, tk=24, head_dim=16, key_lengths=(24, 0, 9)),
+    # a chunk of 5 new rows for two items, the first without any key
+    Case(batch=2, heads=2, tq=5, tk=20, head_dim=16, key_lengths=(0, 20)),
+]
+EMPTY_IDS = ["decode", "prefill"]
+
+
+def assert_empty_rows(subject, case: Case, what: str, rows: np.ndarray) -> None:
+    """``rows`` (of query rows that see no key) hold what the implementation declares."""
+    __tracebackhide__ = True
+    convention = subject.client.capabilities.empty_rows
+    expected = np.zeros_like(rows) if convention == "zeros" else np.full_like(rows, np.nan)
+    assert_identical(
+        subject, case, f"{what} (it declares empty_rows={convention!r})", rows, expected
+    )
+
+
+@pytest.mark.claim("EMPTY-KV")
+@pytest.mark.parametrize("case", EMPTY_CASES, ids=EMPTY_IDS)
+def test_an_item_with_no_key_gives_the_declared_empty_rows(subject, dtype, case):
+    # Fresh allocations read as NaN: rows left unwritten show, whatever the convention.
+    case = subject.fit(case.with_(dtype=dtype, poison_allocations=True))
+    q, k, v = subject.inputs(case)
+    out = subject.call(case, q, k, v)
+    lengths = np.asarray(case.key_lengths)
+    empty, full = np.flatnonzero(lengths == 0), np.flatnonzero(lengths > 0)
+    others = case.with_(
+        batch=len(full), key_lengths=tuple(int(n) for n in lengths[full]), poison_allocations=False
+    )
+    assert_matches_oracle(subject, others, out[full], q[full], k[full], v[full])
+    assert_empty_rows(
+        subject, case, f"rows of item(s) {empty.tolist()}, which have no key", out[empty]
+    )
+    if subject.client.capabilities.lse:
+        _, lse = subject.call_with_lse(case, q, k, v)
+        assert_identical(
+            subject,
+            case,
+            f"lse of item(s) {empty.tolist()}, which have no key",
+            lse[empty],
+            np.full_like(lse[empty], -np.inf),
+        )
+
+
+@pytest.mark.claim("EMPTY-KV")
+def test_a_packed_sequence_with_no_key_gives_the_declared_empty_rows(subject, dtype):
+    # Two packed sequences of 3 query rows each; the second has no key.
+    case = Case(
+        batch=1, heads=2, tq=6, tk=10, head_dim=16, cu_seqlens_q=(0, 3, 6), cu_seqlens_k=(0, 10, 10)
+    )
+    case = subject.fit(case.with_(dtype=dtype, poison_allocations=True))
+    q, k, v = subject.inputs(case)
+    out = subject.call(case, q, k, v)
+    first = Case(batch=1, heads=2, tq=3, tk=10, head_dim=case.head_dim, dtype=case.dtype)
+    assert_matches_oracle(subject, first, out[..., :3, :], q[..., :3, :], k, v)
+    assert_empty_rows(subject, case, "rows 3..5 (sequence 1, which has no key)", out[..., 3:, :])

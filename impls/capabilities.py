@@ -48,6 +48,13 @@ PADDED_QUERY_ROWS = {
     "unspecified": "rows past an item's query length hold anything and are not compared",
 }
 
+# What the rows of a batch item or packed sequence with no key at all hold (EMPTY-KV).
+EMPTY_ROWS = {
+    "zeros": "rows that see no key are 0, their log-sum-exp -inf (FlashAttention varlen, "
+    "FlashInfer)",
+    "nan": "rows that see no key are NaN, their log-sum-exp -inf: the formula's 0/0",
+}
+
 # The base of a returned log-sum-exp (the lse feature).
 LSE_BASES = {
     "e": "the natural logarithm of sum_j exp(x_j) (FlashAttention, FlashInfer's merge_state)",
@@ -125,6 +132,7 @@ class Capabilities:
     conventions: tuple[tuple[str, str], ...] = ()
     padded_query_rows: str = "unspecified"  # with query_lengths: PADDED_QUERY_ROWS
     lse_base: str = "e"  # with lse: LSE_BASES
+    empty_rows: str = "zeros"  # with key_lengths or packed, an item with no key: EMPTY_ROWS
     merges_states: bool = False  # with lse: it has merge_states(outputs, lses)
     # LAYOUTS it computes right; one left out must compute right or raise a clear error
     layouts: tuple[str, ...] = ("contiguous",)
@@ -149,6 +157,11 @@ class Capabilities:
             raise ValueError(
                 f"Capabilities.padded_query_rows={self.padded_query_rows!r}, but should be one of "
                 + ", ".join(PADDED_QUERY_ROWS)
+            )
+        if self.empty_rows not in EMPTY_ROWS:
+            raise ValueError(
+                f"Capabilities.empty_rows={self.empty_rows!r}, but should be one of "
+                + ", ".join(EMPTY_ROWS)
             )
         if self.lse_base not in LSE_BASES:
             raise ValueError(

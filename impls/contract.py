@@ -128,9 +128,21 @@ class Implementation(ABC):
         """:meth:`attention` on each item of a batch with padded query rows, or on each sequence
         of a packed batch, joined by :meth:`concatenate` and :meth:`zeros`; None for a batch that
         is neither (see :func:`spec.formula.each_item_or_sequence`)."""
+
+        def piece(q, k, v, **piece_options):
+            if k.shape[-2] == 0:  # a sequence with no key at all (EMPTY-KV)
+                return self.empty_rows(q, v)
+            return self.attention(q, k, v, **piece_options)
+
         return each_item_or_sequence(
-            self.attention, q, k, v, concatenate=self.concatenate, zeros=self.zeros, **options
+            piece, q, k, v, concatenate=self.concatenate, zeros=self.zeros, **options
         )
+
+    def empty_rows(self, q: Any, v: Any) -> Any:
+        """The output of query rows that see no key at all, (B, H, Tq, Dv): zeros, or NaN, as
+        ``capabilities.empty_rows`` declares."""
+        rows = self.zeros((*q.shape[:-1], v.shape[-1]), q)
+        return rows if self.capabilities.empty_rows == "zeros" else rows * float("nan")
 
     def attention_weights(self, q: Any, k: Any, *, causal: bool = True, scale: float | None = None):
         """The (B, H, Tq, Tk) attention weights, where ``capabilities.exposes_weights``."""
@@ -192,6 +204,21 @@ class NumpyArrays:
     def dtype_name(self, native: Any) -> str:
         return str(self.to_numpy(native).dtype)
 
+    def with_empty_items(self, out: np.ndarray, key_lengths, lse=None):
+        """``out`` (and ``lse``) with the rows of items that have no key set as
+        ``capabilities.empty_rows`` declares (their lse -inf), whatever the arithmetic left
+        there (0 / 0)."""
+        if key_lengths is None or min(key_lengths) > 0:
+            return out if lse is None else (out, lse)
+        empty = np.asarray(key_lengths) == 0  # (B,)
+        out = out.copy()
+        out[empty] = 0 if self.capabilities.empty_rows == "zeros" else np.nan
+        if lse is None:
+            return out
+        lse = lse.copy()
+        lse[empty] = -np.inf
+        return out, lse
+
 
 class PlainCallable(NumpyArrays, Implementation):
     """A plain callable with the :data:`PLAIN_SIGNATURE` contract, as an implementation."""
@@ -215,6 +242,7 @@ class PlainCallable(NumpyArrays, Implementation):
             # its log-sum-exp's base and its merge: attributes, as fn.lse_base = "2" and
             # fn.merge_states = my_merge
             lse_base=getattr(fn, "lse_base", "e"),
+            empty_rows=getattr(fn, "empty_rows", "zeros"),  # as fn.empty_rows = "nan"
             merges_states="return_lse" in accepted and callable(getattr(fn, "merge_states", None)),
         )
 

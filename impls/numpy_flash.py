@@ -198,17 +198,19 @@ class NumpyFlash(NumpyArrays, Implementation):
                 q, k, v, causal=causal, scale=scale, with_lse=True, window=window, **modifiers
             )
         # One item at a time, as the kernel's grid does: item b's keys end at its length.
-        items = [
-            tiled_attention(
-                q[b : b + 1],
-                k[b : b + 1, :, :length],
-                v[b : b + 1, :, :length],
-                causal=causal,
-                scale=scale,
-                with_lse=True,
-                window=window,
-                **modifiers,
-            )
-            for b, length in enumerate(key_lengths)
-        ]
-        return tuple(np.concatenate(parts) for parts in zip(*items, strict=True))
+        with np.errstate(invalid="ignore", divide="ignore"):  # an item with no key: 0 / 0
+            items = [
+                tiled_attention(
+                    q[b : b + 1],
+                    k[b : b + 1, :, :length],
+                    v[b : b + 1, :, :length],
+                    causal=causal,
+                    scale=scale,
+                    with_lse=True,
+                    window=window,
+                    **modifiers,
+                )
+                for b, length in enumerate(key_lengths)
+            ]
+        out, lse = (np.concatenate(parts) for parts in zip(*items, strict=True))
+        return self.with_empty_items(out, key_lengths, lse)

@@ -5,6 +5,8 @@ The suite judges it like any other: the formula the judge trusts must itself mee
 
 from __future__ import annotations
 
+import numpy as np
+
 from impls.capabilities import refuse_split_lse
 from impls.contract import (
     EVERY_EXTENSION,
@@ -35,16 +37,21 @@ class NumpyReference(NumpyArrays, Implementation):
         self, q, k, v, *, causal=True, scale=None, window=None, return_lse=False, **variant
     ):
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, window=window, **variant)
+        key_lengths = variant.get("key_lengths")
         if return_lse:
             refuse_split_lse(self.name, variant)
             options = dict(causal=causal, scale=scale, window=window, **variant)
-            return reference_attention(q, k, v, **options), reference_log_sum_exp(q, k, **options)
+            with np.errstate(invalid="ignore"):  # 0 / 0 in an item with no key: replaced below
+                out = reference_attention(q, k, v, **options)
+            return self.with_empty_items(out, key_lengths, reference_log_sum_exp(q, k, **options))
         split = self.each_item_or_sequence(
             q, k, v, causal=causal, scale=scale, window=window, **variant
         )
         if split is not None:
             return split
-        return reference_attention(q, k, v, causal=causal, scale=scale, window=window, **variant)
+        with np.errstate(invalid="ignore"):
+            out = reference_attention(q, k, v, causal=causal, scale=scale, window=window, **variant)
+        return self.with_empty_items(out, key_lengths)
 
     def merge_states(self, outputs, lses):
         return merge_states(outputs, lses)

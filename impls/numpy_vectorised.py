@@ -99,6 +99,8 @@ class NumpyVectorised(NumpyArrays, Implementation):
                         scale=scale,
                         window=window,
                     )
+                    if length
+                    else self.empty_rows(q[b : b + 1], v[b : b + 1])  # no key (EMPTY-KV)
                     for b, length in enumerate(key_lengths)
                 ]
             )

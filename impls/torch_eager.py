@@ -25,6 +25,7 @@ class TorchEager(TorchArrays, Implementation):
         exposes_weights=True,
         conventions=RAISES_ON_ALL,
         **every_extension_but(*SCORE_FEATURES, *STATE_FEATURES),
+        empty_rows="nan",  # the formula's 0 / 0 for an item with no key
     )
 
     def __init__(self, device: str = "cpu"):

@@ -115,10 +115,11 @@ def validate_packed(cu_seqlens_q, cu_seqlens_k, *, batch: int, tq: int, tk: int,
         cu = np.asarray(cu)
         if cu.ndim != 1 or len(cu) < 2 or not np.issubdtype(cu.dtype, np.integer):
             raise AttentionInputError(f"{label}={cu.tolist()!r}, but should be at least 2 integers")
-        if cu[0] != 0 or cu[-1] != total or np.any(np.diff(cu) < 1):
+        least = 0 if label == "cu_seqlens_k" else 1  # a sequence may have no key (EMPTY-KV)
+        if cu[0] != 0 or cu[-1] != total or np.any(np.diff(cu) < least):
             raise AttentionInputError(
                 f"{label}={cu.tolist()}, but should rise from 0 to {total}, "
-                "by at least 1 per sequence"
+                f"by at least {least} per sequence"
             )
         offsets[label] = cu
     lengths_q, lengths_k = (np.diff(offsets[label]) for label in ("cu_seqlens_q", "cu_seqlens_k"))
@@ -126,8 +127,9 @@ def validate_packed(cu_seqlens_q, cu_seqlens_k, *, batch: int, tq: int, tk: int,
         raise AttentionInputError(
             f"cu_seqlens_q has {len(lengths_q)} sequences but cu_seqlens_k {len(lengths_k)}"
         )
-    if causal and np.any(lengths_q > lengths_k):
-        s = int(np.argmax(lengths_q > lengths_k))
+    short = (lengths_q > lengths_k) & (lengths_k > 0)  # no key at all is an empty sequence
+    if causal and np.any(short):
+        s = int(np.argmax(short))
         raise AttentionInputError(
             f"packed sequence {s} has {lengths_q[s]} queries but {lengths_k[s]} keys: causal "
             "bottom-right alignment leaves its first queries with no key"
@@ -159,14 +161,16 @@ def validate_lengths(key_lengths, query_lengths, *, batch: int, tq: int, tk: int
             raise AttentionInputError(
                 f"{label}={lengths!r}, but should be {batch} integers, one per batch item"
             )
-        if array.min() < 1 or array.max() > total:
+        least = 0 if label == "key_lengths" else 1  # an item may have no key (EMPTY-KV)
+        if array.min() < least or array.max() > total:
             raise AttentionInputError(
-                f"{label}={array.tolist()}, but each should be between 1 and {total}"
+                f"{label}={array.tolist()}, but each should be between {least} and {total}"
             )
         given[label] = array
     keys, queries = given["key_lengths"], given["query_lengths"]
-    if causal and np.any(keys < queries):
-        b = int(np.argmax(keys < queries))
+    short = (keys < queries) & (keys > 0)  # no key at all is an empty item
+    if causal and np.any(short):
+        b = int(np.argmax(short))
         raise AttentionInputError(
             f"batch item {b} has {queries[b]} queries but {keys[b]} keys: causal bottom-right "
             "alignment leaves its first queries with no key"

@@ -272,7 +272,8 @@ def padded_batch_as_packed(
     )
     out = np.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)  # (B, H, Tq, Dv)
     for b, n in enumerate(queries):
-        out[b, :, :n] = rows[0, :, cu_q[b] : cu_q[b] + n]
+        if keys[b]:  # an item with no key keeps its zero rows (EMPTY-KV)
+            out[b, :, :n] = rows[0, :, cu_q[b] : cu_q[b] + n]
     return out
 
 
@@ -288,9 +289,44 @@ def padding_items_sliced(q, k, v, *, causal=True, scale=None, key_lengths=None):
             attend_extended(
                 q[b : b + 1], k[b : b + 1, :, :n], v[b : b + 1, :, :n], causal=causal, scale=scale
             )
+            if n
+            else np.zeros((1, *q.shape[1:-1], v.shape[-1]), q.dtype)  # no key: zero rows
             for b, n in enumerate(lengths)
         ]
     )
+
+
+@mutant("padding", "EMPTY-KV")
+def empty_item_rows_nan_declared_zeros(q, k, v, *, causal=True, scale=None, key_lengths=None):
+    """Computes an item with no key like any other: its rows are the softmax's 0 / 0, NaN,
+    while it declares (by default) that such rows are zeros."""
+    with np.errstate(invalid="ignore"):
+        return attend_extended(q, k, v, causal=causal, scale=scale, key_lengths=key_lengths)
+
+
+@mutant("padding", "EMPTY-KV", reads_fresh_memory=True)
+def empty_item_rows_left_unwritten(q, k, v, *, causal=True, scale=None, key_lengths=None):
+    """Skips an item with no key, as a grid with no key tile to visit does, and leaves its rows
+    as they were allocated."""
+    lengths = [k.shape[-2]] * q.shape[0] if key_lengths is None else key_lengths
+    out = np.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)  # (B, H, Tq, Dv)
+    for b, n in enumerate(lengths):
+        if n:
+            out[b : b + 1] = attend_extended(
+                q[b : b + 1], k[b : b + 1, :, :n], v[b : b + 1, :, :n], causal=causal, scale=scale
+            )
+    return out
+
+
+@correct_variant
+def empty_items_declared_nan(q, k, v, *, causal=True, scale=None, key_lengths=None):
+    """Declares empty_rows='nan' and computes an item with no key as the formula does: 0 / 0 in
+    every one of its rows."""
+    with np.errstate(invalid="ignore"):
+        return attend_extended(q, k, v, causal=causal, scale=scale, key_lengths=key_lengths)
+
+
+empty_items_declared_nan.empty_rows = "nan"
 
 
 def packed_mask(tq: int, tk: int, cu_q, cu_k, *, causal: bool, align_to_keys: bool = True):
@@ -350,7 +386,9 @@ def packed_block_diagonal_mask(
     if cu_seqlens_q is None:
         return attend_extended(q, k, v, causal=causal, scale=scale)
     visible = packed_mask(q.shape[-2], k.shape[-2], cu_seqlens_q, cu_seqlens_k, causal=causal)
-    return attend_extended(q, k, v, causal=causal, scale=scale, visible=visible)
+    with np.errstate(invalid="ignore"):  # rows of a sequence with no key: 0 / 0, zeroed below
+        out = attend_extended(q, k, v, causal=causal, scale=scale, visible=visible)
+    return np.where(visible.any(axis=-1)[:, None], out, out.dtype.type(0))  # (Tq, 1) rows
 
 
 # --- strides ------------------------------------------------------------------------------------
