@@ -41,7 +41,7 @@ def in_declared_base(subject, lse: np.ndarray) -> np.ndarray:
 def assert_lse_matches(subject, case: Case, lse: np.ndarray, q, k, what: str = "lse") -> None:
     """``lse`` (as returned) is the oracle's log-sum-exp of each row within its budget."""
     __tracebackhide__ = True
-    options = dict(causal=case.causal, scale=case.scale, **case.variant)
+    options = dict(causal=case.causal, scale=case.scale, **case.formula_variant)
     truth = reference_log_sum_exp(q, k, **options)
     naive = naive_log_sum_exp(q, k, dtype=case.dtype, **options)
     comparison = compare_lse(natural(subject, lse), truth, naive, dtype=case.dtype)

@@ -81,8 +81,9 @@ EVERY_EXTENSION: dict[str, Any] = {
 # The features that change the scores or cut the causal mask into chunks: softcap, ALiBi,
 # sinks, chunks. An implementation with the others: Capabilities(**every_extension_but(...)).
 SCORE_FEATURES = ("softcap", "alibi", "sinks", "chunked")
-# The features of 2026 beyond the score modifiers: the log-sum-exp and merged partial states.
-STATE_FEATURES = ("lse",)
+# The features of 2026 beyond the score modifiers: the log-sum-exp and merged partial states, and
+# paged key/value caches.
+STATE_FEATURES = ("lse", "paged")
 
 
 def refuse_split_lse(name: str, variant: dict) -> None:

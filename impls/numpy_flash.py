@@ -34,6 +34,7 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
+from spec.formula import gathered_pages
 
 BLOCK_M = 64  # query rows per block: 4 warps x 16 rows in the tensor-core kernel
 BLOCK_N = 64  # keys per tile streamed through shared memory
@@ -147,7 +148,22 @@ class NumpyFlash(NumpyArrays, Implementation):
     def attention(
         self, q, k, v, *, causal=True, scale=None, window=None, return_lse=False, **variant
     ):
-        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, window=window, **variant)
+        block_table = variant.pop("block_table", None)
+        page_size = variant.pop("page_size", None)
+        validate_inputs(
+            q,
+            k,
+            v,
+            causal=causal,
+            scale=scale,
+            gqa=True,
+            window=window,
+            block_table=block_table,
+            page_size=page_size,
+            **variant,
+        )
+        if block_table is not None:  # a kernel gathers each tile's keys from its pages
+            k, v = (gathered_pages(x, block_table, variant["key_lengths"]) for x in (k, v))
         if return_lse:
             refuse_split_lse(self.name, variant)
             return self.attention_and_lse(

@@ -17,6 +17,7 @@ from impls.contract import (
     validate_inputs,
 )
 from spec.formula import (
+    gathered_pages,
     merge_states,
     reference_attention,
     reference_log_sum_exp,
@@ -36,8 +37,15 @@ class NumpyReference(NumpyArrays, Implementation):
     def attention(
         self, q, k, v, *, causal=True, scale=None, window=None, return_lse=False, **variant
     ):
-        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, window=window, **variant)
+        paging = dict(
+            block_table=variant.pop("block_table", None), page_size=variant.pop("page_size", None)
+        )
+        validate_inputs(
+            q, k, v, causal=causal, scale=scale, gqa=True, window=window, **variant, **paging
+        )
         key_lengths = variant.get("key_lengths")
+        if paging["block_table"] is not None:  # the pages gathered into dense keys and values
+            k, v = (gathered_pages(x, paging["block_table"], key_lengths) for x in (k, v))
         if return_lse:
             refuse_split_lse(self.name, variant)
             options = dict(causal=causal, scale=scale, window=window, **variant)

@@ -50,7 +50,7 @@ class TorchSdpa(TorchArrays, Implementation):
         dtypes=DTYPES,
         autograd=True,
         conventions=RAISES_ON_ALL,
-        **every_extension_but("softcap", "sinks", "lse"),
+        **every_extension_but("softcap", "sinks", "lse", "paged"),
     )
 
     def __init__(self, device: str = "cpu"):

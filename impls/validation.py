@@ -8,6 +8,7 @@ calls :func:`validate_inputs` first.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,6 +34,8 @@ def validate_inputs(
     softcap: float | None = None,
     alibi_slopes=None,
     sinks=None,
+    block_table=None,
+    page_size: int | None = None,
 ) -> None:
     """Raise :class:`AttentionInputError` naming the problem when (q, k, v, scale) are invalid.
 
@@ -41,6 +44,8 @@ def validate_inputs(
     heads than q (a divisor of q's); ``window``, ``key_lengths`` and the packed sequences'
     offsets are checked where given.
     """
+    if block_table is not None or page_size is not None:
+        k, v = validate_paged(q, k, v, block_table, page_size, key_lengths)
     for label, array in (("q", q), ("k", k), ("v", v)):
         if array.ndim != 4:
             raise AttentionInputError(
@@ -208,3 +213,66 @@ def validate_per_head(label: str, values, *, heads: int, allowed: str) -> None:
         bad |= np.isinf(array)
     if bad.any():
         raise AttentionInputError(f"{label}={array.tolist()}, but each should be {allowed}")
+
+
+@dataclass(frozen=True)
+class DenseShape:
+    """The dense (B, Hkv, T, D) shape a page pool stands for, for the checks that follow."""
+
+    shape: tuple[int, ...]
+    dtype: object
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+def validate_paged(q, k, v, block_table, page_size, key_lengths) -> tuple[DenseShape, DenseShape]:
+    """Page pools k and v of (pages, page_size, Hkv, D), a block table of page indices per item
+    and its key lengths; returns the dense shapes they stand for."""
+    if block_table is None or key_lengths is None:
+        raise AttentionInputError(
+            "a paged cache needs block_table and key_lengths, "
+            f"not block_table={'given' if block_table is not None else None} and "
+            f"key_lengths={key_lengths!r}"
+        )
+    for label, pool in (("k", k), ("v", v)):
+        if pool.ndim != 4:
+            raise AttentionInputError(
+                f"{label}.ndim={pool.ndim} (shape {tuple(pool.shape)}), but a page pool should "
+                "be 4: (pages, page_size, Hkv, D)"
+            )
+    if tuple(k.shape[:3]) != tuple(v.shape[:3]):
+        raise AttentionInputError(
+            f"k's pool {tuple(k.shape)} and v's {tuple(v.shape)} differ in pages, page size or "
+            "heads"
+        )
+    pages, size = k.shape[:2]
+    if page_size is not None and size != page_size:
+        raise AttentionInputError(f"page_size={page_size}, but the pools' pages hold {size} keys")
+    table = np.asarray(block_table)
+    if (
+        table.ndim != 2
+        or table.shape[0] != q.shape[0]
+        or not np.issubdtype(table.dtype, np.integer)
+    ):
+        raise AttentionInputError(
+            f"block_table of shape {table.shape} and dtype {table.dtype}, but should be integers "
+            f"of shape ({q.shape[0]}, max_pages): a row of page indices per batch item"
+        )
+    if table.size and (table.min() < 0 or table.max() >= pages):
+        raise AttentionInputError(
+            f"block_table holds pages {table.min()}..{table.max()}, but the pool has {pages}"
+        )
+    lengths = np.asarray(key_lengths)
+    capacity = table.shape[1] * size
+    if lengths.size and lengths.max() > capacity:
+        raise AttentionInputError(
+            f"key_lengths={lengths.tolist()} goes past the block table's capacity of "
+            f"{capacity} keys ({table.shape[1]} pages of {size})"
+        )
+    tk = max(int(lengths.max()) if lengths.size else 0, 1)
+    return (
+        DenseShape((q.shape[0], k.shape[2], tk, k.shape[3]), k.dtype),
+        DenseShape((q.shape[0], v.shape[2], tk, v.shape[3]), v.dtype),
+    )

@@ -12,6 +12,7 @@ process; a crash or a hang ends it and nothing else.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import functools
 import json
@@ -19,6 +20,7 @@ import os
 import sys
 import time
 import traceback
+import zlib
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -46,6 +48,7 @@ from impls.messages import (
     send,
 )
 from impls.sandbox import Confinement, become_subreaper, confine
+from spec.formula import page_pool
 
 Answer = Answered | Timed | Raised | Broke | NotChecked
 
@@ -198,6 +201,24 @@ def laid_out(impl, arrays: tuple[InputArray, ...], layout: str) -> list:
 ROW_GAP = 8  # elements between one row's end and the next row's start in the row_gaps layout
 
 
+def paged(call: Call) -> Call:
+    """The call with k and v laid out as page pools of ``page_size`` (spec.formula.page_pool),
+    its block table and key lengths (every key, where the test gave none) among its keywords. The
+    pages' order is drawn from the keys' own bytes: the same inputs, the same pool."""
+    q, k, v = call.arrays[:3]
+    keywords = dict(call.keywords)
+    page_size = keywords["page_size"]
+    key_lengths = keywords.get("key_lengths") or (k.shape[-2],) * k.shape[0]
+    pools = []
+    for array in (k, v):
+        rng = np.random.default_rng(zlib.crc32(k.array.tobytes()))
+        pools.append(page_pool(array.array, key_lengths, page_size, rng))
+    (k_pool, table), (v_pool, _) = pools
+    keywords |= {"block_table": table, "key_lengths": tuple(key_lengths)}
+    arrays = (q, InputArray(k_pool, k.dtype), InputArray(v_pool, v.dtype), *call.arrays[3:])
+    return dataclasses.replace(call, arrays=arrays, keywords=keywords)
+
+
 def handle(impl, call: Call) -> Answer:
     """One call's answer: :class:`Raised` when the implementation raised anything at all,
     :class:`Broke` when what it returned, or how it converted its inputs, breaks the contract,
@@ -206,6 +227,8 @@ def handle(impl, call: Call) -> Answer:
     never writes reads as NaN."""
     if call.op not in OPS:
         return Broke(f"unknown operation {call.op!r}")
+    if "page_size" in call.keywords:
+        call = paged(call)
     try:
         natives = laid_out(impl, call.arrays, call.layout)
     except LayoutUnavailable as exc:

@@ -24,6 +24,9 @@ class Feature:
     # whether the catalogue of mistakes (spec/mistakes.py) models calls with it: its variants
     # are the plain formula with one thing wrong, and are no diagnosis of a call they ignore
     in_mistakes: bool = True
+    # whether it only lays the same inputs out otherwise (a page pool): the truth is the dense
+    # call's, computed without its keywords
+    layout_only: bool = False
 
 
 FEATURES: tuple[Feature, ...] = (
@@ -75,6 +78,19 @@ FEATURES: tuple[Feature, ...] = (
         plain_keywords=("cu_seqlens_q", "cu_seqlens_k"),
         flag="packed",
         missing="packed sequences",
+    ),
+    Feature(
+        "paged",
+        "k and v as page pools (pages, page_size, Hkv, D) with block_table (B, max_pages), a "
+        "NumPy int32 array, and key_lengths: item b's keys are its pages in table order, cut at "
+        "L_b (vLLM, FlashInfer kv_indices/kv_last_page_len, FlashAttention block_table); pages no "
+        "table points to and slots past L_b are never read",
+        keywords=("page_size",),
+        plain_keywords=("block_table",),
+        flag="paged",
+        missing="a paged key/value cache (block_table)",
+        in_mistakes=False,
+        layout_only=True,
     ),
     Feature(
         "softcap",

@@ -452,3 +452,45 @@ def _rounded(x, dtype: str) -> np.ndarray:
     copies of every score matrix, a third of the default run's time). ``x`` itself when it is
     already there: never write into the result."""
     return rounded_in_storage(np.asarray(x), dtype).astype(_accumulation(dtype), copy=False)
+
+
+# --- paged key/value caches (the paged feature) ---------------------------------------------------
+
+
+def page_pool(kv: np.ndarray, key_lengths, page_size: int, rng: np.random.Generator):
+    """A dense (B, Hkv, Tk, D) cache laid out as a serving engine's page pool: (pages, page_size,
+    Hkv, D) with twice the pages the items need, in random order, and the block table (B,
+    max_pages) of int32 page indices. Pages no table points to hold NaN, the slots of an item's
+    last page past its length +inf, and a table's entries past an item's pages point at a NaN
+    page: a kernel that reads any of them shows it. Returns (pool, block_table)."""
+    batch, heads, tk, dim = kv.shape
+    lengths = [tk] * batch if key_lengths is None else [int(n) for n in key_lengths]
+    pages_of = [-(-n // page_size) for n in lengths]  # ceil(L_b / page_size)
+    needed = sum(pages_of)
+    total = 2 * needed + 1  # unused pages, at least one for the tables' spare entries
+    pool = np.full((total, page_size, heads, dim), np.nan)
+    order = rng.permutation(total)
+    table = np.full((batch, max(max(pages_of), 1)), order[-1], dtype=np.int32)  # a NaN page
+    used = iter(order[:needed])
+    for b, (length, pages) in enumerate(zip(lengths, pages_of, strict=True)):
+        for p in range(pages):
+            page = next(used)
+            table[b, p] = page
+            slots = min(page_size, length - p * page_size)
+            pool[page, :slots] = kv[b, :, p * page_size : p * page_size + slots].transpose(1, 0, 2)
+            pool[page, slots:] = np.inf  # past the item's length
+    return pool, table
+
+
+def gathered_pages(pool: np.ndarray, block_table, key_lengths) -> np.ndarray:
+    """The dense (B, Hkv, max L_b, D) cache of a page pool: item b's pages in table order, cut at
+    its length L_b, zeros past it (never read where the key lengths mask them)."""
+    table = np.asarray(block_table)
+    lengths = [int(n) for n in key_lengths]
+    page_size, heads, dim = pool.shape[1:]
+    dense = np.zeros((len(lengths), heads, max(max(lengths), 1), dim), dtype=pool.dtype)
+    for b, length in enumerate(lengths):
+        pages = table[b, : -(-length // page_size)]
+        keys = pool[pages].reshape(-1, heads, dim)[:length]  # (L_b, Hkv, D)
+        dense[b, :, :length] = keys.transpose(1, 0, 2)
+    return dense

@@ -84,7 +84,7 @@ def judged(
     earlier findings in this process refuted are not computed again (its client keeps them:
     one kernel, one set of bugs)."""
     case_truth = CaseTruth(q, k, v)
-    options = dict(causal=case.causal, scale=case.scale, **case.variant)
+    options = dict(causal=case.causal, scale=case.scale, **case.formula_variant)
     if truth is None:
         truth = case_truth.attention(**options)
     comparison = compare_to_oracle(

@@ -74,7 +74,7 @@ def diagnose(
         return finding_of(out, truth, case, comparison, matched={}, refuted=[])
     calls = [
         (piece, CaseTruth(*arrays), Call.of(*arrays, dtype=piece.dtype, causal=piece.causal,
-                                            scale=piece.scale, **piece.variant))
+                                            scale=piece.scale, **piece.formula_variant))
         for piece, *arrays in pieces
     ]  # fmt: skip
     showing = {m.name for *_, call in calls for m in mistakes_showing_in(call)}
@@ -90,7 +90,7 @@ def diagnose(
             # The formula itself in the coarser dtype: as far from the truth as that dtype allows.
             allowed = compare_to_oracle(
                 truth, q, k, v, dtype=mistake.precision, causal=case.causal, scale=case.scale,
-                truth=truth, **case.variant,
+                truth=truth, **case.formula_variant,
             ).allowed  # fmt: skip
             error = largest(mismatch(out, truth))
             if error < allowed * PRECISION_SHOWS:
@@ -136,7 +136,7 @@ def assembled(mistake, calls, in_dtype: bool = False) -> np.ndarray:
     a call, the truth's. ``in_dtype``: computed in the call's arithmetic."""
     pieces = []
     for case, case_truth, call in calls:
-        options = dict(causal=case.causal, scale=case.scale, **case.variant)
+        options = dict(causal=case.causal, scale=case.scale, **case.formula_variant)
         if not mistake.shows(call):
             pieces.append(case_truth.attention(**options))
         else:

@@ -50,6 +50,7 @@ class Case:
     sinks: tuple[float, ...] | None = None  # one per query head
     chunk: int | None = None
     return_lse: bool | None = None  # Subject.call_with_lse sets it
+    page_size: int | None = None  # the worker lays k and v out as page pools of this size
     layout: str = "contiguous"  # how the worker lays the inputs out (impls.capabilities.LAYOUTS)
     poison_allocations: bool = False  # fresh allocations read as NaN during the call
 
@@ -87,6 +88,13 @@ class Case:
             for keyword in feature.keywords
             if getattr(self, keyword) is not None
         }
+
+    @property
+    def formula_variant(self) -> dict:
+        """The keywords of :attr:`variant` that change what is computed: the truth's and the
+        diagnosis's (a page size only lays the same keys out otherwise)."""
+        layout_only = {k for feature in FEATURES if feature.layout_only for k in feature.keywords}
+        return {name: value for name, value in self.variant.items() if name not in layout_only}
 
     def needs(self, feature: Feature) -> bool:
         """Whether calling this case needs ``feature`` declared: a keyword of it set, or, for

@@ -30,6 +30,7 @@ FAMILIES = (
     "strides",
     "score modifiers",
     "partial states",
+    "paged caches",
     "memory",
     "stress",
 )
@@ -136,6 +137,13 @@ def correct_variant(fn: Callable) -> Callable:
 
 def load_members() -> dict[str, Member]:
     """Every member, mutants and correct variants, by name."""
-    from tests.zoo import correct, extensions, modifiers, mutants, states  # noqa: F401  (importing registers them)
+    from tests.zoo import (  # noqa: F401  (importing registers them)
+        caches,
+        correct,
+        extensions,
+        modifiers,
+        mutants,
+        states,
+    )
 
     return MEMBERS

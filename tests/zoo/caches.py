@@ -1,0 +1,120 @@
+"""Zoo members for paged key/value caches: the bugs reported in paged kernels (a page table read
+one entry late, a last page read past its item's length, pages no item owns read) and two correct
+roads, gathering the pages first and streaming them page by page.
+
+Each member takes ``block_table``, ``key_lengths`` and ``page_size``, as a plain callable declaring
+the paged feature does; without a block table it is the formula with key lengths.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spec.formula import gathered_pages
+from tests.zoo import correct_variant, mutant
+from tests.zoo.formula import attend_extended, scores_of
+from tests.zoo.streaming import streaming_attention
+
+
+def attend_pages(q, k, v, *, causal, scale, block_table, key_lengths, gather=gathered_pages):
+    """The formula on the keys ``gather(pool, table, lengths)`` makes of the pools (the
+    spec's gathering by default): the dense (B, Hkv, T, D) keys and values, masked by the
+    lengths."""
+    if block_table is None:
+        with np.errstate(invalid="ignore"):  # an item with no key: 0 / 0
+            return attend_extended(q, k, v, causal=causal, scale=scale, key_lengths=key_lengths)
+    dense_k, dense_v = (gather(x, block_table, key_lengths) for x in (k, v))
+    return attend_extended(q, dense_k, dense_v, causal=causal, scale=scale, key_lengths=key_lengths)
+
+
+@mutant("paged caches", "PAGED-KV")
+def page_table_read_one_page_late(
+    q, k, v, *, causal=True, scale=None, block_table=None, key_lengths=None, page_size=None
+):
+    """Reads page p of an item from its table's entry p + 1 (an index that skips the first
+    entry, or a table whose first column was taken for a length): every item's keys shifted by
+    a page, its last page whatever the spare entry points at."""
+
+    def late(pool, table, lengths):
+        table = np.asarray(table)
+        shifted = np.concatenate([table[:, 1:], table[:, -1:]], axis=1)
+        return gathered_pages(pool, shifted, lengths)
+
+    return attend_pages(
+        q, k, v, causal=causal, scale=scale, block_table=block_table, key_lengths=key_lengths,
+        gather=late,
+    )  # fmt: skip
+
+
+@mutant("paged caches", "PAGED-UNREAD")
+def last_page_read_past_length(
+    q, k, v, *, causal=True, scale=None, block_table=None, key_lengths=None, page_size=None
+):
+    """Attends every slot of an item's last page, as if its length were a whole number of pages
+    (kv_last_page_len ignored): the tail's stale keys join the row, +inf ones as NaN."""
+    if block_table is None:
+        return attend_extended(q, k, v, causal=causal, scale=scale, key_lengths=key_lengths)
+    size = k.shape[1]
+    whole = [-(-int(n) // size) * size for n in key_lengths]  # rounded up to whole pages
+    return attend_pages(
+        q, k, v, causal=causal, scale=scale, block_table=block_table, key_lengths=whole
+    )
+
+
+@mutant("paged caches", "PAGED-UNREAD")
+def pool_in_row_max(
+    q, k, v, *, causal=True, scale=None, block_table=None, key_lengths=None, page_size=None
+):
+    """Takes each row's softmax maximum over every key of the pool, pages no item owns included
+    (a kernel that reduces over the pool it was handed): a NaN page makes the row NaN."""
+    if block_table is None:
+        return attend_extended(q, k, v, causal=causal, scale=scale, key_lengths=key_lengths)
+    out = attend_pages(
+        q, k, v, causal=causal, scale=scale, block_table=block_table, key_lengths=key_lengths
+    )
+    pool = k.reshape(1, -1, *k.shape[2:]).transpose(0, 2, 1, 3)  # (1, Hkv, pages * size, D)
+    heads = q.shape[1] // pool.shape[1]
+    pool_max = scores_of(q, np.repeat(pool, heads, axis=1), scale).max(axis=-1, keepdims=True)
+    return (out + 0 * pool_max).astype(q.dtype)  # the maximum's NaN reaches the row
+
+
+@correct_variant
+def pages_gathered_first(
+    q, k, v, *, causal=True, scale=None, block_table=None, key_lengths=None, page_size=None
+):
+    """Gathers each item's pages into a dense cache cut at its length, then attends: what a
+    serving engine does before calling a dense kernel."""
+    return attend_pages(
+        q, k, v, causal=causal, scale=scale, block_table=block_table, key_lengths=key_lengths
+    )
+
+
+@correct_variant
+def pages_streamed_one_by_one(
+    q, k, v, *, causal=True, scale=None, block_table=None, key_lengths=None, page_size=None
+):
+    """Streams each item's keys through an online softmax in tiles of one page, reading only the
+    slots the item owns, as paged kernels do; float64 accumulators."""
+    if block_table is None:
+        return attend_pages(
+            q, k, v, causal=causal, scale=scale, block_table=None, key_lengths=key_lengths
+        )
+    dense_k, dense_v = (gathered_pages(x, block_table, key_lengths) for x in (k, v))
+    items = [
+        streaming_attention(
+            q[b : b + 1],
+            dense_k[b : b + 1, :, :n],
+            dense_v[b : b + 1, :, :n],
+            causal=causal,
+            scale=scale,
+            block_k=k.shape[1],
+            accumulate_in=np.float64,
+        )
+        for b, n in enumerate(key_lengths)
+    ]
+    return np.concatenate(items).astype(q.dtype)
+
+
+# An item with no key: both compute it as the formula does, 0 / 0 (EMPTY-KV), and say so.
+pages_gathered_first.empty_rows = "nan"
+pages_streamed_one_by_one.empty_rows = "nan"
