@@ -33,6 +33,14 @@ def attend_with_lse(q, k, v, *, causal, scale, return_lse, lse_of=None):
     return out, lse.astype(q.dtype)
 
 
+def attend_in_base_2(q, k, v, *, causal, scale, return_lse):
+    """:func:`attend_with_lse` with its log-sum-exp in base 2: log2 of each row's sum."""
+    out = attend_with_lse(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
+    if not return_lse:
+        return out
+    return out[0], (out[1] / math.log(2)).astype(q.dtype)
+
+
 def merged(outputs, lses, *, exp=np.exp, subtract_max=True, skip_empty=True):
     """The merge of states (P, B, H, Tq, Dv) and (P, B, H, Tq), in their dtype, each step a
     switch: ``exp`` the base's exponential, the largest lse subtracted first, parts that saw no
@@ -112,10 +120,7 @@ merge_empty_part_into_nan.merge_states = lambda o, lse: merged(o, lse, skip_empt
 def merge_base_2_as_natural(q, k, v, *, causal=True, scale=None, return_lse=False):
     """Returns and declares a base-2 log-sum-exp, right, but merges with exp where exp2
     belongs: the parts' weights come out with the wrong exponent."""
-    out = attend_with_lse(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
-    if not return_lse:
-        return out
-    return out[0], (out[1] / math.log(2)).astype(q.dtype)
+    return attend_in_base_2(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
 
 
 merge_base_2_as_natural.lse_base = "2"
@@ -126,10 +131,7 @@ merge_base_2_as_natural.merge_states = lambda o, lse: merged(o, lse, exp=np.exp)
 def lse_in_base_2_throughout(q, k, v, *, causal=True, scale=None, return_lse=False):
     """Declares base 2 and keeps it throughout: log2 of the sum returned, and exp2 in its
     merge, as kernels computing with exp2 do."""
-    out = attend_with_lse(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
-    if not return_lse:
-        return out
-    return out[0], (out[1] / math.log(2)).astype(q.dtype)
+    return attend_in_base_2(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
 
 
 lse_in_base_2_throughout.lse_base = "2"
