@@ -20,6 +20,32 @@ def readme_example() -> str:
     return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
 
 
+def readme_extension_example() -> str:
+    """The extension section's example: the five-line callable with a softcap, importing what
+    the five-line one does."""
+    section = (
+        (ROOT / "README.md")
+        .read_text(encoding="utf-8")
+        .split("## Attention as kernels ship it: the extensions", 1)[1]
+    )
+    body = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    return "import numpy as np\n\n\n" + body
+
+
+def test_the_readme_extension_example_meets_softcap_as_written(suite, tmp_path):
+    (tmp_path / "mykernel.py").write_text(readme_extension_example())
+    report_path = tmp_path / "report.json"
+    run = suite(
+        *("--impl", "mykernel:attention", "--claims", "SOFTCAP,OUT-FORMULA"),
+        *("--report-json", str(report_path)),
+        env_overrides={"PYTHONPATH": str(tmp_path)},
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    (subject,) = [s for s in json.loads(report_path.read_text())["subjects"] if s["selector"]]
+    assert subject["claims"]["SOFTCAP"]["verdict"] == "met"
+    assert subject["claims"]["SOFTCAP"]["passed"] > 0
+
+
 def test_the_readme_example_has_five_lines_of_code():
     body = [line for line in readme_example().splitlines() if line.startswith("    ")]
     assert len(body) == 5, body
