@@ -212,6 +212,8 @@ class Capabilities:
             text += f"; padded query rows {self.padded_query_rows}"
         if self.lse:
             text += f"; lse base {self.lse_base}" + (", merge_states" if self.merges_states else "")
+        if self.key_lengths or self.packed:
+            text += f"; empty rows {self.empty_rows}"
         if self.conventions == RAISES_ON_ALL:
             return text + "; raises on every convention"
         if self.conventions:
