@@ -21,8 +21,9 @@ class Feature:
     plain_keywords: tuple[str, ...]  # a plain callable declares it by accepting all of these
     flag: str  # how Capabilities.describe() names it
     missing: str  # how a test skipped for want of it names it
-    # whether the catalogue of mistakes (spec/mistakes.py) models calls with it: its variants
-    # are the plain formula with one thing wrong, and are no diagnosis of a call they ignore
+    # whether the catalogue's general mistakes (spec/mistakes.py: the plain formula with one
+    # thing wrong) apply to calls with it; a score modifier's calls get its own mistakes instead,
+    # which model every modifier, and the log-sum-exp and pages none yet
     in_mistakes: bool = True
     # whether it only lays the same inputs out otherwise (a page pool): the truth is the dense
     # call's, computed without its keywords

@@ -104,6 +104,8 @@ class Mistake:
     precision: str | None = None  # the formula computed in this coarser dtype
     # applied to each padded item or packed sequence alone, as the formula is (else whole)
     per_sequence: bool = True
+    # the score modifier (spec.features) whose mistake it is: its variant models every modifier
+    modifier: str | None = None
 
     def output(
         self, q, k, v, *, dtype: str, causal=True, scale=None, in_dtype=False, **variant
@@ -831,6 +833,160 @@ for _tile in TILE_SIZES:
     _tiling_mistakes(_tile)
 
 
+# --- the score modifiers (spec.features: softcap, alibi, sinks, chunked) -------------------------
+
+
+def attend_modified(
+    q,
+    k,
+    v,
+    call: Call,
+    *,
+    cap_after_mask: bool = False,
+    cap_before_scale: bool = False,
+    alibi_sign: float = -1.0,
+    alibi_from_row: bool = False,
+    sink_scaled: bool = False,
+    sink_dropped: bool = False,
+    chunk_reach: int = 0,
+    chunk_from_row: bool = False,
+) -> np.ndarray:
+    """The formula with the call's score modifiers, in float64, one switch changed: the softcap
+    after the mask or before the scale, ALiBi's bias with the other sign or measured from the row
+    index, the sink scaled like a score or dropped, a chunk reaching a key before its start or
+    cut at the row index. The call's other features (heads, window, key lengths) as the formula
+    has them."""
+    heads = _grouped(call.heads, call.kv_heads)
+    k, v = k[:, heads], v[:, heads]  # (B, Hkv, T, D) -> (B, Hq, T, D)
+    scale, cap = call.resolved_scale, call.softcap
+    products = q @ k.swapaxes(-1, -2)  # (B, H, Tq, Tk)
+    if cap is not None and cap_before_scale:
+        scores = cap * np.tanh(products / cap) * scale
+    else:
+        scores = products * scale
+        if cap is not None and not cap_after_mask:
+            scores = cap * np.tanh(scores / cap)
+    rows = np.arange(call.tq)[None, :, None]  # (1, Tq, 1)
+    lengths = np.asarray(call.key_lengths or (call.tk,), np.int64)[:, None, None]  # (B, 1, 1)
+    positions = rows + lengths - call.tq  # (B or 1, Tq, 1)
+    keys = np.arange(call.tk)[None, None, :]  # (1, 1, Tk)
+    if call.alibi_slopes is not None:
+        distance = np.abs((rows if alibi_from_row else positions) - keys)  # (B or 1, Tq, Tk)
+        # in the scores' dtype: a variant computed in the call's arithmetic rounds as a kernel
+        slopes = np.asarray(call.alibi_slopes, scores.dtype)[:, None, None]  # (H, 1, 1)
+        scores = scores + scores.dtype.type(alibi_sign) * slopes * distance[:, None].astype(
+            scores.dtype
+        )
+    visible = visible_keys_of(call)
+    if call.chunk is not None:
+        start = (rows if chunk_from_row else positions) // call.chunk * call.chunk
+        visible = visible & (keys >= start - chunk_reach)[:, None]
+    scores = np.where(visible, scores, -np.inf)
+    if cap is not None and cap_after_mask:
+        scores = cap * np.tanh(scores / cap)
+    sinks = None if call.sinks is None or sink_dropped else np.asarray(call.sinks, scores.dtype)
+    if sinks is not None and sink_scaled:
+        sinks = sinks * scale
+    weights = softmax(scores, sinks)
+    return weights @ unread_padding_zeroed(v, key_lengths=call.key_lengths)
+
+
+def _has(keyword: str) -> Callable[[Call], bool]:
+    return lambda call: getattr(call, keyword) is not None
+
+
+def _unequal_lengths(call: Call) -> bool:
+    return any(queries != keys for queries, keys in call.lengths)
+
+
+@mistake(
+    "softcap-after-mask",
+    "the softcap applied after the mask: tanh(-inf) = -1 gives every hidden key a score of -c",
+    "the cap put last (a score_mod after the mask's -inf), where it belongs before it",
+    lambda call: call.softcap is not None and call.causal,
+    modifier="softcap",
+)
+def _softcap_after_mask(q, k, v, call):
+    return attend_modified(q, k, v, call, cap_after_mask=True)
+
+
+@mistake(
+    "softcap-before-scale",
+    "the softcap applied to q k^T before the softmax scale: the cap lands at c * scale",
+    "the scale folded into the exponent after a cap written for the raw products",
+    _has("softcap"),
+    modifier="softcap",
+)
+def _softcap_before_scale(q, k, v, call):
+    return attend_modified(q, k, v, call, cap_before_scale=True)
+
+
+@mistake(
+    "alibi-wrong-sign",
+    "ALiBi's bias added with the wrong sign: +m_h * |p - j| favours distant keys",
+    "a slope table stored negative and then subtracted",
+    _has("alibi_slopes"),
+    modifier="alibi",
+)
+def _alibi_wrong_sign(q, k, v, call):
+    return attend_modified(q, k, v, call, alibi_sign=1.0)
+
+
+@mistake(
+    "alibi-top-left",
+    "ALiBi's distance measured from the row index i, not the query's position i + Tk - Tq",
+    "the bias written for prefill (Tq = Tk): in decoding every distance is off by Tk - Tq",
+    lambda call: call.alibi_slopes is not None and _unequal_lengths(call),
+    modifier="alibi",
+)
+def _alibi_top_left(q, k, v, call):
+    return attend_modified(q, k, v, call, alibi_from_row=True)
+
+
+@mistake(
+    "sink-scaled",
+    "the sink logit multiplied by the softmax scale, as if it were a q k^T product",
+    "the sink joined to the scores before the scale is applied to them",
+    lambda call: call.sinks is not None and any(np.isfinite(s) and s != 0 for s in call.sinks),
+    modifier="sinks",
+)
+def _sink_scaled(q, k, v, call):
+    return attend_modified(q, k, v, call, sink_scaled=True)
+
+
+@mistake(
+    "sink-dropped",
+    "the sink logits accepted and ignored: plain attention, every row's weights summing to 1",
+    "a backend or wrapper that does not forward the argument",
+    lambda call: call.sinks is not None and any(np.isfinite(s) for s in call.sinks),
+    modifier="sinks",
+)
+def _sink_dropped(q, k, v, call):
+    return attend_modified(q, k, v, call, sink_dropped=True)
+
+
+@mistake(
+    "chunk-one-key-early",
+    "each chunk also sees the last key of the chunk before it",
+    "a chunk start of p // C * C - 1, or a <= where < belongs",
+    lambda call: call.chunk is not None and call.tk > call.chunk,
+    modifier="chunked",
+)
+def _chunk_early(q, k, v, call):
+    return attend_modified(q, k, v, call, chunk_reach=1)
+
+
+@mistake(
+    "chunk-from-row-index",
+    "chunks cut at the row index i, not at the query's position i + Tk - Tq",
+    "the chunk mask written for prefill: in decoding the query's chunk is the first one",
+    lambda call: call.chunk is not None and _unequal_lengths(call),
+    modifier="chunked",
+)
+def _chunk_from_row(q, k, v, call):
+    return attend_modified(q, k, v, call, chunk_from_row=True)
+
+
 def find_mistake(name: str) -> Mistake:
     """The mistake called ``name``, or a ValueError naming the known ones."""
     if name not in MISTAKES:
@@ -839,8 +995,10 @@ def find_mistake(name: str) -> Mistake:
 
 
 def mistakes_showing_in(call: Call) -> list[Mistake]:
-    """The mistakes whose variant can differ from the formula on ``call``: none where a feature
-    is on that the variants do not model."""
-    if call.modified:
-        return []
-    return [m for m in MISTAKES.values() if m.shows(call)]
+    """The mistakes whose variant can differ from the formula on ``call``: those of a score
+    modifier where it is on, the others only where no feature the catalogue does not model is."""
+    return [
+        m
+        for m in MISTAKES.values()
+        if (m.modifier is not None or not call.modified) and m.shows(call)
+    ]

@@ -73,7 +73,7 @@ def unscaled(sinks, scale):
 # --- softcap ------------------------------------------------------------------------------------
 
 
-@mutant("score modifiers", "SOFTCAP")
+@mutant("score modifiers", "SOFTCAP", mistake="softcap-after-mask")
 def softcap_after_the_mask(q, k, v, *, causal=True, scale=None, softcap=None):
     """Caps the scores after the causal mask has set the hidden ones to -inf: tanh(-inf) = -1,
     so every hidden key comes back with a score of -c and a weight of its own."""
@@ -87,7 +87,7 @@ def softcap_after_the_mask(q, k, v, *, causal=True, scale=None, softcap=None):
     return ((weights / weights.sum(axis=-1, keepdims=True)) @ v).astype(q.dtype)
 
 
-@mutant("score modifiers", "SOFTCAP")
+@mutant("score modifiers", "SOFTCAP", mistake="softcap-before-scale")
 def softcap_before_the_scale(q, k, v, *, causal=True, scale=None, softcap=None):
     """Caps q k^T and scales afterwards, c * tanh(q k / c) * scale: the cap lands at c * scale,
     not at c (a kernel that folds the scale into the exponent after the cap)."""
@@ -113,7 +113,7 @@ def softcap_through_exp(q, k, v, *, causal=True, scale=None, softcap=None):
 # --- ALiBi --------------------------------------------------------------------------------------
 
 
-@mutant("score modifiers", "ALIBI")
+@mutant("score modifiers", "ALIBI", mistake="alibi-wrong-sign")
 def alibi_with_the_wrong_sign(q, k, v, *, causal=True, scale=None, alibi_slopes=None):
     """Adds +m_h * |p - j|: distant keys favoured instead of penalised (a slope table stored
     negative, then subtracted)."""
@@ -126,7 +126,7 @@ def alibi_with_the_wrong_sign(q, k, v, *, causal=True, scale=None, alibi_slopes=
     )
 
 
-@mutant("score modifiers", "ALIBI")
+@mutant("score modifiers", "ALIBI", mistake="alibi-top-left")
 def alibi_aligned_top_left(q, k, v, *, causal=True, scale=None, alibi_slopes=None):
     """Measures the distance from the row index i instead of the query's position
     i + Tk - Tq: right when Tq = Tk, wrong in decoding and chunked prefill."""
@@ -161,7 +161,7 @@ def alibi_as_key_position_bias(q, k, v, *, causal=True, scale=None, alibi_slopes
 # --- sinks --------------------------------------------------------------------------------------
 
 
-@mutant("score modifiers", "SINK-LOGIT")
+@mutant("score modifiers", "SINK-LOGIT", mistake="sink-scaled")
 def sink_scaled_like_a_score(q, k, v, *, causal=True, scale=None, sinks=None):
     """Multiplies the sink logit by the softmax scale, as if it were a q k^T product: right only
     for a sink of 0 (or -inf)."""
@@ -172,7 +172,7 @@ def sink_scaled_like_a_score(q, k, v, *, causal=True, scale=None, sinks=None):
     return attend_modified(q, k, v, causal=causal, scale=scale, sinks=sinks, sink_logits=scaled)
 
 
-@mutant("score modifiers", "SINK-LOGIT")
+@mutant("score modifiers", "SINK-LOGIT", mistake="sink-dropped")
 def sink_dropped(q, k, v, *, causal=True, scale=None, sinks=None):
     """Accepts the sinks and ignores them: plain attention, each row's weights summing to 1 (a
     backend that does not forward the argument)."""
@@ -209,7 +209,7 @@ def chunk_visible(tq, tk, chunk, *, positions=None, reach=0):
     return ((keys <= positions) & (keys >= start - reach))[:, None]
 
 
-@mutant("score modifiers", "CHUNKED-LOCAL")
+@mutant("score modifiers", "CHUNKED-LOCAL", mistake="chunk-one-key-early")
 def chunk_boundary_one_key_early(q, k, v, *, causal=True, scale=None, chunk=None):
     """Lets each row see the last key of the previous chunk too (a chunk start computed as
     p // C * C - 1, or a <= where < belongs)."""
@@ -219,7 +219,7 @@ def chunk_boundary_one_key_early(q, k, v, *, causal=True, scale=None, chunk=None
     return attend_modified(q, k, v, causal=causal, scale=scale, visible=visible)
 
 
-@mutant("score modifiers", "CHUNKED-LOCAL")
+@mutant("score modifiers", "CHUNKED-LOCAL", mistake="chunk-from-row-index")
 def chunks_from_the_row_index(q, k, v, *, causal=True, scale=None, chunk=None):
     """Cuts chunks at the row index i instead of the query's position i + Tk - Tq: right in
     prefill, wrong in decoding and chunked prefill."""
