@@ -47,6 +47,13 @@ CASES = [
     ((1, 2, 2, 8, 8, 8, 8), {}, "large scores"),
     ((1, 2, 2, 40, 40, 16, 16), {}, "huge future"),
     ((1, 2, 2, 9, 9, 8, 8), {"causal": False}, None),
+    # the score modifiers, each where its mistakes show: scores above the cap, decoding with a
+    # cache for ALiBi's and the chunks' alignment, sinks comparable to the scores
+    ((1, 2, 2, 7, 48, 16, 16), {"softcap": 2.0}, "large scores"),
+    ((1, 2, 2, 7, 48, 16, 16), {"alibi_slopes": (1.0, 0.25)}, None),
+    ((1, 2, 2, 7, 48, 16, 16), {"sinks": (0.5, 2.0)}, None),
+    ((1, 2, 2, 7, 48, 16, 16), {"chunk": 16}, None),
+    ((1, 2, 2, 40, 40, 16, 16), {"chunk": 16}, None),
 ]
 
 
