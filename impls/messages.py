@@ -273,6 +273,12 @@ def loads(payload: bytes, accepted: tuple[type, ...], buffers=()) -> Any:
 
 
 IN_BAND_BYTES = 1 << 20  # below this, one message each way beats saving a copy
+# What a receiver takes before it allocates: a worker announces its own sizes, and the judge must
+# not run out of memory on its word. The pickle itself holds arrays under 1 MiB, messages and
+# tracebacks; the out-of-band arrays of one answer are at most a few outputs of the suite's
+# largest calls (an ANDREA layer's output in float64 is 6 MiB).
+MAX_HEAD_BYTES = 64 << 20
+MAX_BUFFER_BYTES = 4 << 30
 
 
 def send(conn: Connection, message: Any) -> None:
@@ -294,11 +300,18 @@ def send(conn: Connection, message: Any) -> None:
 def receive(conn: Connection, accepted: tuple[type, ...]) -> Any:
     """The next message on the worker line, one of ``accepted`` (LineError otherwise);
     EOFError when the other end has closed it."""
-    head = conn.recv_bytes()
+    try:
+        head = conn.recv_bytes(MAX_HEAD_BYTES)
+    except OSError as exc:
+        if "bad message length" not in str(exc):
+            raise
+        raise LineError(f"a message longer than {MAX_HEAD_BYTES} bytes") from None
     if len(head) < 4:
         raise LineError(f"a message of {len(head)} bytes, shorter than its head")
     count = int.from_bytes(head[:4], "little")
     sizes = [int.from_bytes(head[4 + 8 * i : 12 + 8 * i], "little") for i in range(count)]
+    if sum(sizes) > MAX_BUFFER_BYTES:
+        raise LineError(f"arrays of {sum(sizes)} bytes announced, over {MAX_BUFFER_BYTES}")
     # Writable buffers: an implementation may use its inputs as scratch space, as it could when
     # it ran in the judge's process; what it writes there stays in its worker.
     buffers = []

@@ -43,6 +43,16 @@ def test_a_message_out_of_its_turn_is_refused():
         messages.loads(messages.dumps(messages.Close()), messages.ANSWERS)
 
 
+def test_a_worker_that_announces_a_huge_answer_dies_and_the_judge_allocates_nothing():
+    (client,) = open_clients(["tests.planted.meddling:announces_a_huge_answer"])
+    q = client.from_numpy(np.ones((1, 1, 4, 8)), "float64")
+    try:
+        with pytest.raises(ImplementationDied, match="arrays of 1125899906842624 bytes announced"):
+            client.attention(q, q, q, causal=True)
+    finally:
+        client.close()
+
+
 def test_a_worker_that_forges_a_message_dies_and_runs_nothing_in_the_judge():
     (client,) = open_clients([FORGER])
     q = client.from_numpy(np.ones((1, 1, 4, 8)), "float64")

@@ -109,6 +109,14 @@ class _RunsInTheJudge:
         return (exec, ("import impls; impls.LINE_FORGED = True",))
 
 
+def announces_a_huge_answer(q, k, v, *, causal=True, scale=None):
+    """Announces, down its worker's line, an answer of one array of a petabyte: a judge that
+    allocated what a worker announces would run out of memory."""
+    line = Connection(os.dup(int(sys.argv[1])))
+    line.send_bytes((1).to_bytes(4, "little") + (1 << 50).to_bytes(8, "little") + b"x")
+    return _wrong(q, v)
+
+
 def forges_an_answer(q, k, v, *, causal=True, scale=None):
     """Sends the judge, down its own worker's line (the descriptor in the worker's argv), a
     message that runs code in the judge if the judge unpickles it, then answers."""
