@@ -34,7 +34,7 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
-from spec.formula import gathered_pages
+from spec.formula import gathered_pages, merge_states
 
 BLOCK_M = 64  # query rows per block: 4 warps x 16 rows in the tensor-core kernel
 BLOCK_N = 64  # keys per tile streamed through shared memory
@@ -182,14 +182,9 @@ class NumpyFlash(NumpyArrays, Implementation):
         """The merge a split-KV kernel runs after its parts (FlashAttention's combine), in the
         states' dtype: the largest lse subtracted first, parts that saw no key (-inf) skipped."""
         dtype = outputs.dtype
-        top = lses.max(axis=0)  # (B, H, Tq)
-        shift = np.where(top == -np.inf, dtype.type(0), top)
-        weights = np.exp(lses - shift)  # (P, B, H, Tq): 0 for an empty part
-        total = weights.sum(axis=0)
-        parts = np.where(weights[..., None] > 0, weights[..., None] * outputs, dtype.type(0))
-        out = parts.sum(axis=0) / np.where(total > 0, total, dtype.type(1))[..., None]
         with np.errstate(divide="ignore"):
-            return out.astype(dtype), (shift + np.log(total)).astype(dtype)
+            out, lse = merge_states(outputs, lses, work_dtype=dtype.name)
+        return out.astype(dtype), lse.astype(dtype)
 
     def attention_and_lse(
         self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **modifiers
