@@ -13,6 +13,7 @@ import pytest
 from conformance.judge.assertions import assert_matches_oracle, assert_within_budget
 from conformance.judge.harness import Case
 from conformance.judge.tolerance import compare, compare_lse
+from conformance.test_modifiers import SINKS, SLOPES
 from spec.dtypes import round_to
 from spec.formula import (
     accumulation_dtype,
@@ -52,6 +53,35 @@ def assert_lse_matches(subject, case: Case, lse: np.ndarray, q, k, what: str = "
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_the_log_sum_exp_of_each_row(subject, dtype, shape):
     case = subject.fit(SHAPES[shape].with_(dtype=dtype))
+    q, k, v = subject.inputs(case, spread=2.0)
+    out, lse = subject.call_with_lse(case, q, k, v)
+    assert_matches_oracle(subject, case, out, q, k, v)
+    assert_lse_matches(subject, case, lse, q, k)
+
+
+# The features that change which scores a row sums (a window, a chunk, grouped heads, key lengths,
+# pages) or the scores themselves (a softcap, ALiBi). With sinks the log-sum-exp is the scores'
+# alone, the sink's logit not included (FlashAttention's softmax_lse beside learnable_sink), so
+# that it merges with other parts' as any state does.
+WITH_FEATURES = {
+    "window": SHAPES["prefill"].with_(window=20),
+    "chunk": SHAPES["prefill"].with_(chunk=32),
+    "gqa": SHAPES["prefill"].with_(kv_heads=2),
+    "softcap": SHAPES["prefill"].with_(softcap=2.0),
+    "alibi": SHAPES["prefill"].with_(alibi_slopes=SLOPES),
+    "sinks": SHAPES["prefill"].with_(sinks=SINKS),
+    "key_lengths": SHAPES["decode"].with_(batch=2, key_lengths=(90, 37)),
+    "paged": SHAPES["decode"].with_(batch=2, key_lengths=(90, 37), page_size=16),
+    "softcap+sinks gqa window": SHAPES["prefill"].with_(
+        kv_heads=2, window=40, softcap=2.0, sinks=SINKS
+    ),
+}
+
+
+@pytest.mark.claim("LSE-VALUE")
+@pytest.mark.parametrize("features", list(WITH_FEATURES))
+def test_the_log_sum_exp_with_other_features(subject, dtype, features):
+    case = subject.fit(WITH_FEATURES[features].with_(dtype=dtype))
     q, k, v = subject.inputs(case, spread=2.0)
     out, lse = subject.call_with_lse(case, q, k, v)
     assert_matches_oracle(subject, case, out, q, k, v)

@@ -69,3 +69,24 @@ CHUNK_CASES = {
 @pytest.mark.parametrize("shape", list(CHUNK_CASES))
 def test_queries_see_their_own_chunk_only(subject, dtype, shape):
     check_formula(subject, dtype, CHUNK_CASES[shape], spread=1.5)
+
+
+# The modifiers together and with the features they meet in a serving kernel: each in its place
+# (the softcap before ALiBi's bias, both before the mask; the sink after the last key), on grouped
+# heads, under a window or within chunks, over items of their own key lengths.
+COMBINED = {
+    "softcap+alibi+sinks gqa window": Case(
+        batch=2, heads=HEADS, kv_heads=2, tq=70, head_dim=16, window=24,
+        softcap=2.0, alibi_slopes=SLOPES, sinks=SINKS,
+    ),
+    "chunk+softcap+sinks key_lengths": Case(
+        batch=2, heads=HEADS, tq=5, tk=90, head_dim=16, key_lengths=(90, 41), chunk=32,
+        softcap=2.0, sinks=SINKS,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.claim("SOFTCAP", "ALIBI", "SINK-LOGIT", "CHUNKED-LOCAL")
+@pytest.mark.parametrize("combination", list(COMBINED))
+def test_modifiers_combine_with_each_other_and_the_masks(subject, dtype, combination):
+    check_formula(subject, dtype, COMBINED[combination], spread=2.0)

@@ -46,9 +46,11 @@ class KernelSource:
         return self.path.read_text(encoding="utf-8")
 
 
-def flash_entry_point(dtype: str, head_dim: int) -> str:
+def flash_entry_point(dtype: str, head_dim: int, softcap: bool = False) -> str:
+    """The flash kernel for ``dtype`` and ``head_dim``, the one with a softcap compiled in when
+    ``softcap``."""
     prefix = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}[dtype]
-    return f"flash_{prefix}_d{head_dim}"
+    return f"flash_{prefix}_d{head_dim}" + ("_softcap" if softcap else "")
 
 
 SOURCES = {
@@ -59,9 +61,10 @@ SOURCES = {
         "cupy_flash.cu",
         (f"-DBLOCK_M={BLOCK_M}", f"-DBLOCK_N={BLOCK_N}"),
         tuple(
-            flash_entry_point(dtype, head_dim)
+            flash_entry_point(dtype, head_dim, softcap)
             for dtype in ("float16", "bfloat16", "float32")
             for head_dim in FLASH_HEAD_DIMS
+            for softcap in (False, True)
         ),
     ),
 }

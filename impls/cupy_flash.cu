@@ -14,15 +14,20 @@
 //                                  K and V fragments by ldmatrix, tiles copied by cp.async while
 //                                  the previous step computes, the mask only on partial tiles.
 //   flash_f32_d{32,64,128}         float32 on the CUDA cores; 2 threads per query row.
+//   ..._softcap                    each of the above with the softcap compiled in.
 //
 // 16-bit values travel as raw bits (unsigned short) and are converted with PTX cvt, so the source
 // needs no cuda_fp16.h / cuda_bf16.h and NVRTC compiles it with no include path (sm_80 and up).
 // All arrays are contiguous (B*H, T, D), K and V with B*Hkv heads; LSE, when not null, receives
-// each row's natural log-sum-exp of its scaled, masked scores as float32.
+// each row's natural log-sum-exp of its scaled, capped, masked scores as float32 (the sink's
+// logit not included, as FlashAttention's softmax_lse).
 //
 // The extensions: query head h reads key/value head h / heads_per_kv (Hq / Hkv, grouped-query
-// attention; 1 is plain multi-head), and a left window (-1: none) keeps keys from a row's
-// position - window on, its block skipping the tiles before its first row's window too.
+// attention; 1 is plain multi-head); a left window (-1: none) keeps keys from a row's
+// position - window on, its block skipping the tiles before its first row's window too; the
+// _softcap kernels map each scaled score x to c tanh(x / c) before the mask; SINKS, when not null,
+// holds one logit per query head (h = bh % heads), unscaled, that joins each row's denominator
+// after the last tile as one more step of the online softmax.
 
 #ifndef BLOCK_M
 #error "compile with -DBLOCK_M=... -DBLOCK_N=... (impls/cuda_kernels.py passes numpy_flash's tiles)"
@@ -73,6 +78,43 @@ SIXTEEN_BIT_FORMAT(BFloat16, "bf16")
 
 __device__ __forceinline__ bits32 join(bits16 low, bits16 high) {
     return (bits32)low | ((bits32)high << 16);
+}
+
+// A dot product q.k to the score the softmax exponentiates, times `unit` (LOG2E for exp2f, 1 for
+// expf): scaled, and with SOFTCAP capped as c tanh(x / c). A compile-time choice, so that the
+// kernels without a cap hold no tanh (and no select of it) in their key-tile loops.
+template <bool SOFTCAP>
+struct ScoreMap {
+    float multiplier;  // scale * unit, or scale / c with a cap
+    float cap;         // c * unit
+
+    __device__ __forceinline__ ScoreMap(float scale, float softcap, float unit)
+        : multiplier(SOFTCAP ? scale / softcap : scale * unit), cap(softcap * unit) {}
+
+    __device__ __forceinline__ float operator()(float dot) const {
+        if constexpr (SOFTCAP) return cap * tanhf(dot * multiplier);
+        else return dot * multiplier;
+    }
+};
+
+struct Exp2 {
+    static __device__ __forceinline__ float of(float x) { return exp2f(x); }
+};
+struct Exp {
+    static __device__ __forceinline__ float of(float x) { return expf(x); }
+};
+
+// After the last tile: a sink logit (in the scores' units, EXP their exponential) joins a row's
+// denominator alone. The running sum and max take it as one more online-softmax step; the returned
+// factor rescales the accumulator. A -inf sink (no sink for this head) leaves the row as it was.
+template <typename EXP>
+__device__ __forceinline__ float join_sink(float& running_max, float& running_sum, float sink) {
+    const float new_max = fmaxf(running_max, sink);
+    const float shift = new_max == negative_infinity() ? 0.0f : new_max;
+    const float correction = EXP::of(running_max - shift);
+    running_sum = running_sum * correction + EXP::of(sink - shift);
+    running_max = new_max;
+    return correction;
 }
 
 // The first key tile a block whose first row sits at absolute position `position` visits: with a
@@ -165,11 +207,11 @@ struct Flag {
 // copied in while this tile's softmax runs); V has landed; every warp has read V. Only the tiles
 // that some row of the block sees in part (the diagonal, a window's edge, past Tk) compute a mask.
 
-template <int HEAD_DIM, typename Format>
+template <int HEAD_DIM, typename Format, bool SOFTCAP>
 __device__ __forceinline__ void flash_forward_tensor_cores(
     const bits16* __restrict__ Q, const bits16* __restrict__ K, const bits16* __restrict__ V,
     bits16* __restrict__ O, float* __restrict__ LSE, int tq, int tk, float scale, int causal,
-    int heads_per_kv, int window) {
+    int heads_per_kv, int window, float softcap, const float* __restrict__ sinks, int heads) {
     static_assert(HEAD_DIM % 16 == 0, "head dim must be a multiple of 16");
     __shared__ __align__(16) bits16 k_tile[BLOCK_N][HEAD_DIM + ROW_PAD];
     __shared__ __align__(16) bits16 v_tile[BLOCK_N][HEAD_DIM + ROW_PAD];
@@ -196,7 +238,7 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
     }
 
     // Scores are kept in the log2 domain (times log2 e) so that exp2f does the exponentials.
-    const float scale_log2 = scale * LOG2E;
+    const ScoreMap<SOFTCAP> score_of(scale, softcap, LOG2E);
     float running_max[2] = {negative_infinity(), negative_infinity()};
     float running_sum[2] = {0.0f, 0.0f};  // this thread's columns only; summed over tig at the end
     float acc[HEAD_DIM / 8][4];
@@ -248,9 +290,9 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
                     const bool visible = col < tk && (!causal || col <= row + offset) &&
                                          (window < 0 || col >= row + offset - window);
                     // Overwritten, not added to: a NaN or inf future score must not survive.
-                    s[t][e] = visible ? s[t][e] * scale_log2 : negative_infinity();
+                    s[t][e] = visible ? score_of(s[t][e]) : negative_infinity();
                 } else {
-                    s[t][e] *= scale_log2;
+                    s[t][e] = score_of(s[t][e]);
                 }
                 tile_max[e / 2] = fmaxf(tile_max[e / 2], s[t][e]);
             }
@@ -329,14 +371,18 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
         running_sum[r] += __shfl_xor_sync(0xffffffffu, running_sum[r], 2);
         const int row = row0 + 8 * r;
         if (row >= tq) continue;
-#pragma unroll
-        for (int t = 0; t < HEAD_DIM / 8; ++t) {
-            const bits32 pair = Format::pack(acc[t][2 * r] / running_sum[r],
-                                             acc[t][2 * r + 1] / running_sum[r]);
-            *reinterpret_cast<bits32*>(o + (size_t)row * HEAD_DIM + t * 8 + 2 * tig) = pair;
-        }
         if (LSE != nullptr && tig == 0)
             LSE[(size_t)bh * tq + row] = (running_max[r] + log2f(running_sum[r])) * LN2;
+        const float correction =
+            sinks == nullptr
+                ? 1.0f
+                : join_sink<Exp2>(running_max[r], running_sum[r], sinks[bh % heads] * LOG2E);
+        const float factor = correction / running_sum[r];
+#pragma unroll
+        for (int t = 0; t < HEAD_DIM / 8; ++t) {
+            const bits32 pair = Format::pack(acc[t][2 * r] * factor, acc[t][2 * r + 1] * factor);
+            *reinterpret_cast<bits32*>(o + (size_t)row * HEAD_DIM + t * 8 + 2 * tig) = pair;
+        }
     }
 }
 
@@ -347,14 +393,15 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
 // shared memory (key-major, so a warp's 16 rows hit 16 banks), then V replaces K in the same
 // buffer and is accumulated with the tile's rescaling. 48 KiB of shared memory at D = 128.
 
-template <int HEAD_DIM>
+template <int HEAD_DIM, bool SOFTCAP>
 __device__ __forceinline__ void flash_forward_float32(const float* __restrict__ Q,
                                                       const float* __restrict__ K,
                                                       const float* __restrict__ V,
                                                       float* __restrict__ O,
                                                       float* __restrict__ LSE, int tq, int tk,
                                                       float scale, int causal, int heads_per_kv,
-                                                      int window) {
+                                                      int window, float softcap,
+                                                      const float* __restrict__ sinks, int heads) {
     constexpr int HALF = HEAD_DIM / 2;
     __shared__ float kv_tile[BLOCK_N][HEAD_DIM];
     __shared__ float scores[BLOCK_N][BLOCK_M];
@@ -374,6 +421,7 @@ __device__ __forceinline__ void flash_forward_float32(const float* __restrict__ 
         acc[c] = 0.0f;
     }
     float running_max = negative_infinity(), running_sum = 0.0f;
+    const ScoreMap<SOFTCAP> score_of(scale, softcap, 1.0f);
 
     const int end = causal ? min(tk, block_start + BLOCK_M + offset) : tk;
     const int first = first_tile(block_start + offset, window);
@@ -394,7 +442,7 @@ __device__ __forceinline__ void flash_forward_float32(const float* __restrict__ 
             const int col = tile_start + j;
             const bool visible = col < tk && (!causal || col <= row + offset) &&
                                  (window < 0 || col >= row + offset - window);
-            const float score = visible ? dot * scale : negative_infinity();
+            const float score = visible ? score_of(dot) : negative_infinity();
             if (half == 0) scores[j][local_row] = score;
             tile_max = fmaxf(tile_max, score);
         }
@@ -420,37 +468,50 @@ __device__ __forceinline__ void flash_forward_float32(const float* __restrict__ 
         }
     }
     if (row >= tq) return;
-#pragma unroll
-    for (int c = 0; c < HALF; ++c)
-        O[((size_t)bh * tq + row) * HEAD_DIM + 2 * c + half] = acc[c] / running_sum;
     if (LSE != nullptr && half == 0)
         LSE[(size_t)bh * tq + row] = running_max + logf(running_sum);
+    const float correction =
+        sinks == nullptr ? 1.0f : join_sink<Exp>(running_max, running_sum, sinks[bh % heads]);
+    const float factor = correction / running_sum;
+#pragma unroll
+    for (int c = 0; c < HALF; ++c)
+        O[((size_t)bh * tq + row) * HEAD_DIM + 2 * c + half] = acc[c] * factor;
 }
 
 // --- entry points -----------------------------------------------------------------------------
 
-#define TENSOR_CORE_ENTRY(NAME, HEAD_DIM, FORMAT)                                              \
+// Each kernel twice: NAME without a softcap (the argument is ignored) and NAME_softcap with one.
+#define TENSOR_CORE_ENTRY(NAME, HEAD_DIM, FORMAT, SOFTCAP)                                     \
     extern "C" __global__ void __launch_bounds__(TENSOR_CORE_THREADS)                          \
         NAME(const bits16* q, const bits16* k, const bits16* v, bits16* o, float* lse, int tq, \
-             int tk, float scale, int causal, int heads_per_kv, int window) {                  \
-        flash_forward_tensor_cores<HEAD_DIM, FORMAT>(q, k, v, o, lse, tq, tk, scale, causal,   \
-                                                     heads_per_kv, window);                    \
+             int tk, float scale, int causal, int heads_per_kv, int window, float softcap,     \
+             const float* sinks, int heads) {                                                  \
+        flash_forward_tensor_cores<HEAD_DIM, FORMAT, SOFTCAP>(                                 \
+            q, k, v, o, lse, tq, tk, scale, causal, heads_per_kv, window, softcap, sinks,      \
+            heads);                                                                            \
     }
+#define TENSOR_CORE_ENTRIES(NAME, HEAD_DIM, FORMAT)      \
+    TENSOR_CORE_ENTRY(NAME, HEAD_DIM, FORMAT, false)     \
+    TENSOR_CORE_ENTRY(NAME##_softcap, HEAD_DIM, FORMAT, true)
 
-#define FLOAT32_ENTRY(NAME, HEAD_DIM)                                                         \
+#define FLOAT32_ENTRY(NAME, HEAD_DIM, SOFTCAP)                                                \
     extern "C" __global__ void __launch_bounds__(F32_THREADS)                                 \
         NAME(const float* q, const float* k, const float* v, float* o, float* lse, int tq,    \
-             int tk, float scale, int causal, int heads_per_kv, int window) {                 \
-        flash_forward_float32<HEAD_DIM>(q, k, v, o, lse, tq, tk, scale, causal, heads_per_kv, \
-                                        window);                                              \
+             int tk, float scale, int causal, int heads_per_kv, int window, float softcap,    \
+             const float* sinks, int heads) {                                                 \
+        flash_forward_float32<HEAD_DIM, SOFTCAP>(q, k, v, o, lse, tq, tk, scale, causal,      \
+                                                 heads_per_kv, window, softcap, sinks, heads); \
     }
+#define FLOAT32_ENTRIES(NAME, HEAD_DIM)      \
+    FLOAT32_ENTRY(NAME, HEAD_DIM, false)     \
+    FLOAT32_ENTRY(NAME##_softcap, HEAD_DIM, true)
 
-TENSOR_CORE_ENTRY(flash_f16_d32, 32, Float16)
-TENSOR_CORE_ENTRY(flash_f16_d64, 64, Float16)
-TENSOR_CORE_ENTRY(flash_f16_d128, 128, Float16)
-TENSOR_CORE_ENTRY(flash_bf16_d32, 32, BFloat16)
-TENSOR_CORE_ENTRY(flash_bf16_d64, 64, BFloat16)
-TENSOR_CORE_ENTRY(flash_bf16_d128, 128, BFloat16)
-FLOAT32_ENTRY(flash_f32_d32, 32)
-FLOAT32_ENTRY(flash_f32_d64, 64)
-FLOAT32_ENTRY(flash_f32_d128, 128)
+TENSOR_CORE_ENTRIES(flash_f16_d32, 32, Float16)
+TENSOR_CORE_ENTRIES(flash_f16_d64, 64, Float16)
+TENSOR_CORE_ENTRIES(flash_f16_d128, 128, Float16)
+TENSOR_CORE_ENTRIES(flash_bf16_d32, 32, BFloat16)
+TENSOR_CORE_ENTRIES(flash_bf16_d64, 64, BFloat16)
+TENSOR_CORE_ENTRIES(flash_bf16_d128, 128, BFloat16)
+FLOAT32_ENTRIES(flash_f32_d32, 32)
+FLOAT32_ENTRIES(flash_f32_d64, 64)
+FLOAT32_ENTRIES(flash_f32_d128, 128)

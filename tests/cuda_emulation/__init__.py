@@ -23,7 +23,7 @@ import numpy as np
 from impls.contract import Implementation, resolve_scale, validate_inputs
 from impls.cuda_kernels import FLASH_HEAD_DIMS, SOURCES, flash_entry_point
 from impls.cupy_arrays import bfloat16_bits, bfloat16_values
-from impls.cupy_flash import CupyFlash
+from impls.cupy_flash import CupyFlash, kernel_softcap
 from impls.cupy_naive import CupyNaive
 from tests.made_once import made_once
 
@@ -74,7 +74,10 @@ def built_once(directory: Path) -> ctypes.CDLL:
 def load(library: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(library))
     pointer, integer, real = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
-    lib.run_flash.argtypes = [ctypes.c_char_p, *[pointer] * 5, *[integer] * 3, real, *[integer] * 3]
+    lib.run_flash.argtypes = [
+        ctypes.c_char_p, *[pointer] * 5, *[integer] * 3, real, *[integer] * 3, real, pointer,
+        integer,
+    ]  # fmt: skip
     lib.run_flash.restype = integer
     lib.run_naive.argtypes = [*[pointer] * 5, *[integer] * 5, real, integer, integer]
     lib.run_naive.restype = None
@@ -141,28 +144,41 @@ class EmulatedCupyFlash(EmulatedKernels):
     source = "impls/cupy_flash.cu"
     capabilities = CupyFlash.capabilities
 
-    def attention(self, q, k, v, *, causal=True, scale=None, window=None):
-        return self.attention_and_lse(q, k, v, causal=causal, scale=scale, window=window)[0]
+    def attention(
+        self, q, k, v, *, causal=True, scale=None, window=None, softcap=None, sinks=None,
+        return_lse=False,
+    ):  # fmt: skip
+        out, lse = self.attention_and_lse(
+            q, k, v, causal=causal, scale=scale, window=window, softcap=softcap, sinks=sinks
+        )
+        return (out, lse) if return_lse else out
 
-    def attention_and_lse(self, q, k, v, *, causal=True, scale=None, window=None):
-        dtype = self.check(q, k, v, causal=causal, scale=scale, window=window)
+    def attention_and_lse(
+        self, q, k, v, *, causal=True, scale=None, window=None, softcap=None, sinks=None
+    ):
+        dtype = self.check(
+            q, k, v, causal=causal, scale=scale, window=window, softcap=softcap, sinks=sinks
+        )
         batch, heads, tq, d = q.shape
         if d not in FLASH_HEAD_DIMS or v.shape[-1] != d:
             raise ValueError(f"D={d}, Dv={v.shape[-1]}: compiled for D = Dv in {FLASH_HEAD_DIMS}")
         q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
         out = np.empty_like(q)  # (B, H, Tq, D)
         lse = np.empty((batch, heads, tq), dtype=np.float32)  # (B, H, Tq)
+        sink_logits = None if sinks is None else np.asarray(sinks, dtype=np.float32)  # (H,)
+        kernel = flash_entry_point(dtype, d, softcap=softcap is not None)
         status = library().run_flash(
-            flash_entry_point(dtype, d).encode(),
+            kernel.encode(),
             *map(_address, (q, k, v, out, lse)),
             batch * heads, tq, k.shape[-2], resolve_scale(scale, d), int(causal),
             heads // k.shape[1], -1 if window is None else window,
+            kernel_softcap(softcap), None if sink_logits is None else _address(sink_logits), heads,
         )  # fmt: skip
         if status != 0:
             raise ValueError(f"no flash kernel for dtype={dtype}, D={d}")
         race = library().emulation_race().decode()
         if race:
-            raise RuntimeError(f"{flash_entry_point(dtype, d)}: shared-memory race: {race}")
+            raise RuntimeError(f"{kernel}: shared-memory race: {race}")
         return out, lse
 
 
