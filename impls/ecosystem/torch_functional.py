@@ -78,26 +78,72 @@ class FlexAttention(TorchArrays, Implementation):
     documented causal ``mask_mod``, ``q_idx >= kv_idx``: top-left aligned. The bridged adapter's
     mask_mod is ``q_idx + Tk - Tq >= kv_idx``. Called eagerly (no ``torch.compile``), as on a
     CPU without a compiler toolchain set up. No autograd: "FlexAttention does not support
-    backward on CPU" (its own error)."""
+    backward on CPU" (its own error).
 
-    capabilities = Capabilities(dtypes=("float64", "float32"))
+    The features flex_attention is documented with: grouped heads (``enable_gqa``), a sliding
+    window and chunks as further terms of the mask_mod, a softcap and ALiBi as a ``score_mod``
+    (softcap first, as its examples' order), and ``return_lse``. Each distance is measured from
+    the query's position as the adapter's causal mask aligns it: top-left in the naive one."""
+
+    capabilities = Capabilities(
+        dtypes=("float64", "float32"),
+        gqa=True,
+        window=True,
+        chunked=True,
+        softcap=True,
+        alibi=True,
+        lse=True,
+    )
 
     def __init__(self, bridged: bool):
         self.bridged = bridged
         self.name = "torch_flex_bridged" if bridged else "torch_flex_naive"
 
-    def attention(self, q, k, v, *, causal=True, scale=None):
+    def attention(
+        self, q, k, v, *, causal=True, scale=None, window=None, chunk=None, softcap=None,
+        alibi_slopes=None, return_lse=False,
+    ):  # fmt: skip
+        import torch
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
         tq, tk = q.shape[-2], k.shape[-2]
         shift = tk - tq if self.bridged else 0
 
-        def causal_mod(b, h, q_idx, kv_idx):
-            return q_idx + shift >= kv_idx
+        def mask_mod(b, h, q_idx, kv_idx):
+            position = q_idx + shift
+            visible = position >= kv_idx
+            if window is not None:
+                visible = visible & (position - kv_idx <= window)
+            if chunk is not None:
+                visible = visible & (position // chunk == kv_idx // chunk)
+            return visible
+
+        slopes = (
+            None
+            if alibi_slopes is None
+            else torch.tensor(alibi_slopes, dtype=q.dtype, device=q.device)  # (H,)
+        )
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            if softcap is not None:
+                score = softcap * torch.tanh(score / softcap)
+            if slopes is not None:
+                score = score - slopes[h] * (q_idx + shift - kv_idx).abs()
+            return score
 
         block_mask = (
-            create_block_mask(causal_mod, None, None, tq, tk, device=str(q.device))
+            create_block_mask(mask_mod, None, None, tq, tk, device=str(q.device))
             if causal
             else None
         )
-        return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
+        modified = softcap is not None or alibi_slopes is not None
+        return flex_attention(
+            q,
+            k,
+            v,
+            score_mod=score_mod if modified else None,
+            block_mask=block_mask,
+            scale=scale,
+            enable_gqa=k.shape[-3] != q.shape[-3],
+            return_lse=return_lse,
+        )
