@@ -14,13 +14,16 @@ these constants), so every CPU run holds the tiling to the claims:
 * the extensions: query head h reads key/value head h // g; a left window w, or a chunk C, also
   skips the tiles before the block's first row's window or chunk and masks the keys outside
   each row's; with key lengths, item b's tiles end at its L_b keys and its rows sit at
-  i + L_b - Tq; a packed sequence is an item of its own; a softcap and ALiBi's bias modify each
+  i + L_b - Tq; a packed sequence is an item of its own; a paged item's tiles are read through
+  its block table, page by page, and no other page; a softcap and ALiBi's bias modify each
   tile's scores before the mask, and a sink joins the denominator after the last tile.
 
 The arithmetic is in the input's dtype (float32 or float64), as the kernel's float32 path.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,7 +37,7 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
-from spec.formula import gathered_pages, merge_states
+from spec.formula import merge_states
 
 BLOCK_M = 64  # query rows per block: 4 warps x 16 rows in the tensor-core kernel
 BLOCK_N = 64  # keys per tile streamed through shared memory
@@ -64,10 +67,72 @@ def key_tiles(
     return [(start, min(start + BLOCK_N, tk)) for start in range(first, end, BLOCK_N)]
 
 
-def tiled_attention(
+@dataclass(frozen=True)
+class DenseKeys:
+    """Keys and values as (B, H, Tk, D) and (B, H, Tk, Dv) arrays, each query head's key/value
+    head already in its place: a tile is a slice."""
+
+    k: np.ndarray
+    v: np.ndarray
+
+    @property
+    def length(self) -> int:
+        return self.k.shape[-2]
+
+    @property
+    def value_dim(self) -> int:
+        return self.v.shape[-1]
+
+    def tile(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.k[..., start:stop, :], self.v[..., start:stop, :]  # (B, H, bn, D), (.., Dv)
+
+
+@dataclass(frozen=True)
+class PagedKeys:
+    """One item's keys and values in page pools (pages, page_size, Hkv, D): key j lies in slot
+    j % page_size of page pages[j // page_size]. A tile reads the pages its keys fall in and no
+    other, as a paged kernel loads a tile through the block table."""
+
+    k_pool: np.ndarray
+    v_pool: np.ndarray
+    pages: np.ndarray  # (max_pages,) the item's row of the block table
+    kv_head: np.ndarray  # (H,) the key/value head each query head reads
+    length: int  # L_b: the item's keys
+
+    @property
+    def value_dim(self) -> int:
+        return self.v_pool.shape[-1]
+
+    def tile(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        positions = np.arange(start, stop)  # (bn,)
+        page_size = self.k_pool.shape[1]
+        pages, slots = self.pages[positions // page_size], positions % page_size
+        # pool[pages, slots]: (bn, Hkv, D) -> the query heads' (bn, H, D) -> (1, H, bn, D)
+        k_tile, v_tile = (
+            pool[pages, slots][:, self.kv_head].transpose(1, 0, 2)[None]
+            for pool in (self.k_pool, self.v_pool)
+        )
+        return k_tile, v_tile
+
+
+def tiled_attention(q, k, v, **options):
+    """Attention of (B, H, Tq, D), (B, Hkv, Tk, D), (B, Hkv, Tk, Dv) arrays by the kernel's
+    tiling; returns out (B, H, Tq, Dv), and lse (B, H, Tq) when ``with_lse``: the log-sum-exp of
+    each row's scores, the sink's logit not included. ``options``: those of
+    :func:`attention_over_tiles`."""
+    kv_head = key_value_heads(q.shape[-3], k.shape[-3])
+    keys = DenseKeys(k[:, kv_head], v[:, kv_head])  # (B, Hkv, T, D) -> (B, H, T, D)
+    return attention_over_tiles(q, keys, **options)
+
+
+def key_value_heads(heads: int, kv_heads: int) -> np.ndarray:
+    """(H,) the key/value head each query head reads: h // (H / Hkv)."""
+    return np.arange(heads) // (heads // kv_heads)
+
+
+def attention_over_tiles(
     q,
-    k,
-    v,
+    keys: DenseKeys | PagedKeys,
     *,
     causal: bool,
     scale: float,
@@ -78,17 +143,12 @@ def tiled_attention(
     alibi_slopes=None,
     sinks=None,
 ):
-    """Attention of (B, H, Tq, D), (B, Hkv, Tk, D), (B, Hkv, Tk, Dv) arrays by the kernel's
-    tiling; returns out (B, H, Tq, Dv), and lse (B, H, Tq) when ``with_lse``: the log-sum-exp of
-    each row's scores, the sink's logit not included."""
-    group = q.shape[-3] // k.shape[-3]
-    kv_head = np.arange(q.shape[-3]) // group  # the key/value head each query head reads
-    k, v = k[:, kv_head], v[:, kv_head]  # (B, Hkv, T, D) -> (B, H, T, D)
+    """:func:`tiled_attention` over the keys of a :class:`DenseKeys` or :class:`PagedKeys`."""
     dtype = q.dtype
     scale = dtype.type(scale)
-    tq, tk = q.shape[-2], k.shape[-2]
+    tq, tk = q.shape[-2], keys.length
     offset = tk - tq
-    out = np.empty(q.shape[:-1] + v.shape[-1:], dtype=dtype)  # (B, H, Tq, Dv)
+    out = np.empty((*q.shape[:-1], keys.value_dim), dtype=dtype)  # (B, H, Tq, Dv)
     lse = np.empty(q.shape[:-1], dtype=dtype)  # (B, H, Tq)
     cap = None if softcap is None else dtype.type(softcap)
     slopes = None if alibi_slopes is None else np.asarray(alibi_slopes, dtype)[:, None, None]
@@ -99,32 +159,33 @@ def tiled_attention(
         q_block = q[..., block_start:block_stop, :]  # (B, H, bm, D)
         running_max = np.full(q_block.shape[:-1], -np.inf, dtype=dtype)  # (B, H, bm)
         running_sum = np.zeros(q_block.shape[:-1], dtype=dtype)  # (B, H, bm)
-        acc = np.zeros(q_block.shape[:-1] + v.shape[-1:], dtype=dtype)  # (B, H, bm, Dv)
+        acc = np.zeros((*q_block.shape[:-1], keys.value_dim), dtype=dtype)  # (B, H, bm, Dv)
         tiles = key_tiles(block_start, block_stop, tk, offset, causal, window, chunk)
         for start, stop in tiles:
-            scores = q_block @ k[..., start:stop, :].swapaxes(-1, -2)  # (B, H, bm, bn)
+            k_tile, v_tile = keys.tile(start, stop)  # (B, H, bn, D), (B, H, bn, Dv)
+            scores = q_block @ k_tile.swapaxes(-1, -2)  # (B, H, bm, bn)
             scores *= scale
-            keys = np.arange(start, stop)[None, :]  # (1, bn)
+            columns = np.arange(start, stop)[None, :]  # (1, bn): the tile's key positions
             if cap is not None:
                 scores = cap * np.tanh(scores / cap)
             if slopes is not None:
-                scores -= slopes * np.abs(rows + offset - keys).astype(dtype)  # (H, bm, bn)
+                scores -= slopes * np.abs(rows + offset - columns).astype(dtype)  # (H, bm, bn)
             if chunk is not None:
-                elsewhere = keys // chunk != (rows + offset) // chunk  # (bm, bn)
+                elsewhere = columns // chunk != (rows + offset) // chunk  # (bm, bn)
                 np.copyto(scores, -np.inf, where=elsewhere)
             if causal:
-                future = np.arange(start, stop)[None, :] > rows + offset  # (bm, bn)
+                future = columns > rows + offset  # (bm, bn)
                 # Overwritten, not added to: a NaN or inf future score must not survive.
                 np.copyto(scores, -np.inf, where=future)
             if window is not None:
-                behind = np.arange(start, stop)[None, :] < rows + offset - window  # (bm, bn)
+                behind = columns < rows + offset - window  # (bm, bn)
                 np.copyto(scores, -np.inf, where=behind)
             new_max = np.maximum(running_max, scores.max(axis=-1))  # (B, H, bm)
             shift = np.where(new_max == -np.inf, dtype.type(0), new_max)
             correction = np.exp(running_max - shift)  # (B, H, bm); exp(-inf) = 0 on first tile
             probs = np.exp(scores - shift[..., None])  # (B, H, bm, bn)
             running_sum = running_sum * correction + probs.sum(axis=-1)
-            acc = acc * correction[..., None] + probs @ v[..., start:stop, :]
+            acc = acc * correction[..., None] + probs @ v_tile
             running_max = new_max
         lse[..., block_start:block_stop] = running_max + np.log(running_sum)
         if sink is not None:
@@ -162,8 +223,11 @@ class NumpyFlash(NumpyArrays, Implementation):
             page_size=page_size,
             **variant,
         )
-        if block_table is not None:  # a kernel gathers each tile's keys from its pages
-            k, v = (gathered_pages(x, block_table, variant["key_lengths"]) for x in (k, v))
+        if block_table is not None:
+            return self.paged_attention(
+                q, k, v, block_table, causal=causal, scale=scale, window=window,
+                return_lse=return_lse, **variant,
+            )  # fmt: skip
         if return_lse:
             refuse_split_lse(self.name, variant)
             return self.attention_and_lse(
@@ -177,6 +241,39 @@ class NumpyFlash(NumpyArrays, Implementation):
         return self.attention_and_lse(
             q, k, v, causal=causal, scale=scale, window=window, **variant
         )[0]
+
+    def paged_attention(
+        self, q, k_pool, v_pool, block_table, *, causal, scale, window, return_lse,
+        key_lengths, query_lengths=None, **modifiers,
+    ):  # fmt: skip
+        """Each item over its pages, tile by tile (:class:`PagedKeys`), as a paged kernel's grid
+        runs: item b's L_b keys, its first Lq_b query rows (the rest zeros), an item with no key
+        left as ``capabilities.empty_rows`` declares."""
+        if return_lse:
+            refuse_split_lse(self.name, {"query_lengths": query_lengths})
+        if q.dtype not in (np.float32, np.float64):
+            raise TypeError(f"q.dtype={q.dtype}, but should be float32 or float64 [{self.name}]")
+        batch, heads, tq, _ = q.shape
+        kv_head = key_value_heads(heads, k_pool.shape[-2])
+        out = np.zeros((batch, heads, tq, v_pool.shape[-1]), dtype=q.dtype)  # (B, H, Tq, Dv)
+        lse = np.full((batch, heads, tq), -np.inf, dtype=q.dtype)  # (B, H, Tq)
+        table = np.asarray(block_table)
+        for b, length in enumerate(int(n) for n in key_lengths):
+            rows = tq if query_lengths is None else int(query_lengths[b])
+            if length == 0:
+                continue
+            keys = PagedKeys(k_pool, v_pool, table[b], kv_head, length)
+            out[b : b + 1, :, :rows], lse[b : b + 1, :, :rows] = attention_over_tiles(
+                q[b : b + 1, :, :rows],
+                keys,
+                causal=causal,
+                scale=resolve_scale(scale, q.shape[-1]),
+                with_lse=True,
+                window=window,
+                **modifiers,
+            )
+        out, lse = self.with_empty_items(out, key_lengths, lse)
+        return (out, lse) if return_lse else out
 
     def merge_states(self, outputs, lses):
         """The merge a split-KV kernel runs after its parts (FlashAttention's combine), in the
