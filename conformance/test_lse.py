@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conformance.judge.assertions import assert_matches_oracle, assert_within_budget
-from conformance.judge.harness import Case
+from conformance.judge.harness import Case, packed_rows
 from conformance.judge.tolerance import compare, compare_lse
 from conformance.test_modifiers import SINKS, SLOPES
 from spec.dtypes import round_to
@@ -84,6 +84,39 @@ def test_the_log_sum_exp_with_other_features(subject, dtype, features):
     case = subject.fit(WITH_FEATURES[features].with_(dtype=dtype))
     q, k, v = subject.inputs(case, spread=2.0)
     out, lse = subject.call_with_lse(case, q, k, v)
+    assert_matches_oracle(subject, case, out, q, k, v)
+    assert_lse_matches(subject, case, lse, q, k)
+
+
+# Padded query rows and packed sequences: each item's or sequence's rows have the log-sum-exp of
+# their own keys, packed as varlen kernels return it ((1, H, total)); a padded row's is not
+# compared. (A packed sequence with no key: EMPTY-KV's tests.)
+SPLIT_ROWS = {
+    "query_lengths": Case(
+        batch=3, heads=4, tq=24, head_dim=16, query_lengths=(24, 9, 1), key_lengths=(24, 9, 3)
+    ),
+    "packed": Case(
+        batch=1, heads=4, tq=34, tk=41, head_dim=16, cu_seqlens_q=(0, 24, 33, 34),
+        cu_seqlens_k=(0, 24, 40, 41),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.claim("LSE-VALUE")
+@pytest.mark.parametrize("split", list(SPLIT_ROWS))
+def test_the_log_sum_exp_of_padded_items_and_packed_sequences(subject, dtype, split):
+    case = subject.fit(SPLIT_ROWS[split].with_(dtype=dtype))
+    q, k, v = subject.inputs(case, spread=2.0)
+    out, lse = subject.call_with_lse(case, q, k, v)
+    if case.query_lengths is not None:  # each item's valid rows, packed: the padded ones left out
+        out, q, k, v, offsets = packed_rows(case, out, q, k, v)
+        lse = np.concatenate(
+            [lse[b : b + 1, :, :n] for b, n in enumerate(case.query_lengths)], axis=-1
+        )  # (1, H, sum of Lq_b)
+        case = case.with_(
+            batch=1, tq=q.shape[-2], tk=k.shape[-2], query_lengths=None, key_lengths=None,
+            **offsets,
+        )  # fmt: skip
     assert_matches_oracle(subject, case, out, q, k, v)
     assert_lse_matches(subject, case, lse, q, k)
 

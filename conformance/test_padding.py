@@ -14,7 +14,7 @@ from conformance.judge.assertions import (
     assert_within_budget,
     fail,
 )
-from conformance.judge.harness import Case
+from conformance.judge.harness import Case, packed_rows
 from conformance.judge.tolerance import compare_to_oracle
 from conformance.judge.truth import oracle_attention
 
@@ -160,23 +160,6 @@ QUERY_PADDED_CASES = [
 QUERY_PADDED_IDS = ["prefill", "chunked"]
 
 
-def packed_rows(case: Case, *arrays):
-    """Each item's valid rows of (B, H, T, D) arrays laid end to end in a batch of one, (1, H, sum
-    of lengths, D), with the cu_seqlens of that packing: a padded batch is a packed one with
-    gaps. q and out take query lengths; k and v key lengths."""
-    queries = case.query_lengths
-    keys = case.key_lengths or (case.tk,) * case.batch
-    out_rows, q_rows, k_rows, v_rows = (
-        np.concatenate([x[b : b + 1, :, :n] for b, n in enumerate(lengths)], axis=-2)
-        for x, lengths in zip(arrays, (queries, queries, keys, keys), strict=True)
-    )
-    offsets = dict(
-        cu_seqlens_q=tuple(int(n) for n in np.cumsum((0, *queries))),
-        cu_seqlens_k=tuple(int(n) for n in np.cumsum((0, *keys))),
-    )
-    return out_rows, q_rows, k_rows, v_rows, offsets
-
-
 @pytest.mark.claim("PAD-KEYS")
 @pytest.mark.parametrize("case", QUERY_PADDED_CASES, ids=QUERY_PADDED_IDS)
 def test_padded_query_rows_hold_the_declared_convention(subject, dtype, case):
@@ -266,3 +249,12 @@ def test_a_packed_sequence_with_no_key_gives_the_declared_empty_rows(subject, dt
         subject.call(alone, q[..., :3, :], k, v),
     )
     assert_empty_rows(subject, case, "rows 3..5 (sequence 1, which has no key)", out[..., 3:, :])
+    if subject.client.capabilities.lse:
+        _, lse = subject.call_with_lse(case, q, k, v)
+        assert_identical(
+            subject,
+            case,
+            "lse of rows 3..5 (sequence 1, which has no key)",
+            lse[..., 3:],
+            np.full_like(lse[..., 3:], -np.inf),
+        )

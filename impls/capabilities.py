@@ -86,15 +86,6 @@ SCORE_FEATURES = ("softcap", "alibi", "sinks", "chunked")
 STATE_FEATURES = ("lse", "paged")
 
 
-def refuse_split_lse(name: str, variant: dict) -> None:
-    """A log-sum-exp with padded query rows or packed sequences, which the built-ins do not
-    return yet: an error saying so, never a wrong lse."""
-    if variant.get("query_lengths") is not None or variant.get("cu_seqlens_q") is not None:
-        raise NotImplementedError(
-            f"{name} does not return a log-sum-exp with query_lengths or packed sequences"
-        )
-
-
 def every_extension_but(*features: str) -> dict[str, Any]:
     """EVERY_EXTENSION with ``features`` (names in spec.features.FEATURES) left undeclared."""
     unknown = [name for name in features if name not in EVERY_EXTENSION]

@@ -126,12 +126,16 @@ class Implementation(ABC):
 
     def each_item_or_sequence(self, q: Any, k: Any, v: Any, **options) -> Any:
         """:meth:`attention` on each item of a batch with padded query rows, or on each sequence
-        of a packed batch, joined by :meth:`concatenate` and :meth:`zeros`; None for a batch that
-        is neither (see :func:`spec.formula.each_item_or_sequence`)."""
+        of a packed batch, joined by :meth:`concatenate` and :meth:`zeros` (with return_lse, the
+        outputs and the log-sum-exps each); None for a batch that is neither (see
+        :func:`spec.formula.each_item_or_sequence`)."""
 
         def piece(q, k, v, **piece_options):
-            if k.shape[-2] == 0:  # a sequence with no key at all (EMPTY-KV)
-                return self.empty_rows(q, v)
+            if k.shape[-2] == 0:  # a sequence with no key at all (EMPTY-KV): its lse is -inf
+                out = self.empty_rows(q, v)
+                if not piece_options.get("return_lse"):
+                    return out
+                return out, self.zeros(q.shape[:-1], q) - float("inf")
             return self.attention(q, k, v, **piece_options)
 
         return each_item_or_sequence(

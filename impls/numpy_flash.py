@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from impls.capabilities import refuse_split_lse
 from impls.contract import (
     EVERY_EXTENSION,
     RAISES_ON_ALL,
@@ -228,19 +227,15 @@ class NumpyFlash(NumpyArrays, Implementation):
                 q, k, v, block_table, causal=causal, scale=scale, window=window,
                 return_lse=return_lse, **variant,
             )  # fmt: skip
-        if return_lse:
-            refuse_split_lse(self.name, variant)
-            return self.attention_and_lse(
-                q, k, v, causal=causal, scale=scale, window=window, **variant
-            )
         split = self.each_item_or_sequence(
-            q, k, v, causal=causal, scale=scale, window=window, **variant
+            q, k, v, causal=causal, scale=scale, window=window, return_lse=return_lse, **variant
         )
         if split is not None:
             return split
-        return self.attention_and_lse(
+        out, lse = self.attention_and_lse(
             q, k, v, causal=causal, scale=scale, window=window, **variant
-        )[0]
+        )
+        return (out, lse) if return_lse else out
 
     def paged_attention(
         self, q, k_pool, v_pool, block_table, *, causal, scale, window, return_lse,
@@ -249,8 +244,6 @@ class NumpyFlash(NumpyArrays, Implementation):
         """Each item over its pages, tile by tile (:class:`PagedKeys`), as a paged kernel's grid
         runs: item b's L_b keys, its first Lq_b query rows (the rest zeros), an item with no key
         left as ``capabilities.empty_rows`` declares."""
-        if return_lse:
-            refuse_split_lse(self.name, {"query_lengths": query_lengths})
         if q.dtype not in (np.float32, np.float64):
             raise TypeError(f"q.dtype={q.dtype}, but should be float32 or float64 [{self.name}]")
         batch, heads, tq, _ = q.shape

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from impls.capabilities import refuse_split_lse
 from impls.contract import (
     EVERY_EXTENSION,
     RAISES_ON_ALL,
@@ -46,17 +45,16 @@ class NumpyReference(NumpyArrays, Implementation):
         key_lengths = variant.get("key_lengths")
         if paging["block_table"] is not None:  # the pages gathered into dense keys and values
             k, v = (gathered_pages(x, paging["block_table"], key_lengths) for x in (k, v))
+        split = self.each_item_or_sequence(
+            q, k, v, causal=causal, scale=scale, window=window, return_lse=return_lse, **variant
+        )
+        if split is not None:
+            return split
         if return_lse:
-            refuse_split_lse(self.name, variant)
             options = dict(causal=causal, scale=scale, window=window, **variant)
             with np.errstate(invalid="ignore"):  # 0 / 0 in an item with no key: replaced below
                 out = reference_attention(q, k, v, **options)
             return self.with_empty_items(out, key_lengths, reference_log_sum_exp(q, k, **options))
-        split = self.each_item_or_sequence(
-            q, k, v, causal=causal, scale=scale, window=window, **variant
-        )
-        if split is not None:
-            return split
         with np.errstate(invalid="ignore"):
             out = reference_attention(q, k, v, causal=causal, scale=scale, window=window, **variant)
         return self.with_empty_items(out, key_lengths)

@@ -129,7 +129,9 @@ FEATURES: tuple[Feature, ...] = (
         "lse",
         "return_lse=True: the call returns (out, lse), lse (B, H, Tq) the log-sum-exp of each "
         "row's scaled, modified, masked scores, the sink's logit not included, in the base the "
-        "implementation declares (Capabilities.lse_base: e, or 2); merge_states(outputs, lses), "
+        "implementation declares (Capabilities.lse_base: e, or 2); with padded query rows or "
+        "packed sequences each item's or sequence's rows have its own keys' (the padded rows' "
+        "are not compared), a row that sees no key -inf; merge_states(outputs, lses), "
         "where an implementation ships one, merges parts over disjoint keys as "
         "o = sum_i exp(lse_i - L) o_i, L = logsumexp_i lse_i (FlashAttention softmax_lse and "
         "flash_attn_combine, FlashInfer merge_state, vLLM merge_attn_states)",

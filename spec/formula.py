@@ -181,7 +181,14 @@ def reference_log_sum_exp(
 ) -> np.ndarray:
     """log(sum_j exp(x_ij)) over each row's visible keys of its scaled, modified scores,
     (B, H, Tq), in float64: a flash kernel's second output. A sink is not a key: its logit is
-    left out. A row that sees no key has -inf."""
+    left out. A row that sees no key has -inf. With padded query rows or packed sequences, each
+    item or sequence alone (the padding's rows 0: no claim is made of them)."""
+    if variant.get("query_lengths") is not None or variant.get("cu_seqlens_q") is not None:
+        return _log_sum_exp_of_each(
+            reference_log_sum_exp, q, k, causal=causal, scale=scale, **variant
+        )
+    if k.shape[-2] == 0:  # a sequence with no key
+        return np.full(q.shape[:-1], -np.inf)
     scores = reference_masked_scores(q, k, causal=causal, scale=scale, **variant)
     top = scores.max(axis=-1, keepdims=True)
     finite_top = np.where(np.isneginf(top), 0.0, top)
@@ -223,6 +230,12 @@ def naive_log_sum_exp(q, k, *, dtype: str, causal: bool = True, scale=None, sink
     """The log-sum-exp as a straightforward kernel in ``dtype`` keeps it: the scores and their
     sum in the accumulation dtype (float32 below float64). Float64 out; the oracle's own for
     float64."""
+    if variant.get("query_lengths") is not None or variant.get("cu_seqlens_q") is not None:
+        return _log_sum_exp_of_each(
+            naive_log_sum_exp, q, k, dtype=dtype, causal=causal, scale=scale, **variant
+        )
+    if k.shape[-2] == 0:  # a sequence with no key
+        return np.full(q.shape[:-1], -np.inf)
     work = np.dtype(accumulation_dtype(dtype))
     q, k = (np.asarray(x, work) for x in (q, repeat_kv_heads(q, k)))
     scores = q @ k.swapaxes(-1, -2)
@@ -241,6 +254,15 @@ def naive_log_sum_exp(q, k, *, dtype: str, causal: bool = True, scale=None, sink
     return lse[..., 0].astype(np.float64)
 
 
+def _log_sum_exp_of_each(log_sum_exp, q, k, **options):
+    """``log_sum_exp(q, k, ...)`` on each padded item or packed sequence, joined again."""
+
+    def of_piece(q, k, v, **piece_options):  # v: the pieces' keys stand in; it is not read
+        return log_sum_exp(q, k, **piece_options)
+
+    return each_item_or_sequence(of_piece, q, k, k, **options)
+
+
 def reference_weights(
     q, k, *, causal: bool = True, scale: float | None = None, sinks=None, **variant
 ):
@@ -256,21 +278,32 @@ def reference_attention(q, k, v, *, causal: bool = True, scale: float | None = N
     return weights @ unread_padding_zeroed(repeat_kv_heads(q, np.asarray(v, np.float64)), **variant)
 
 
+# The query-token axis of what attention returns: outputs (B, H, Tq, Dv) and log-sum-exps
+# (B, H, Tq) alike.
+TOKEN_AXIS = 2
+
+
+def joined(pieces: list, axis: int, concatenate=np.concatenate):
+    """Arrays joined along ``axis``, or (out, lse) pairs joined pair by pair."""
+    if isinstance(pieces[0], tuple):
+        return tuple(concatenate(list(parts), axis) for parts in zip(*pieces, strict=True))
+    return concatenate(pieces, axis)
+
+
 def per_sequence(
     attend, q, k, v, *, cu_seqlens_q, cu_seqlens_k, concatenate=np.concatenate, **options
 ):
-    """``attend`` on each packed sequence alone, the outputs packed again (by ``concatenate``,
-    NumPy's or another library's): sequence s holds query rows cu_seqlens_q[s] ..
-    cu_seqlens_q[s + 1] - 1 and keys cu_seqlens_k[s] .. cu_seqlens_k[s + 1] - 1 of a batch of one
-    (FlashAttention's varlen form), and sees nothing of the others."""
+    """``attend`` on each packed sequence alone, what it returns (an output, or an output and
+    its log-sum-exp) packed again by ``concatenate``, NumPy's or another library's: sequence s
+    holds query rows cu_seqlens_q[s] .. cu_seqlens_q[s + 1] - 1 and keys cu_seqlens_k[s] ..
+    cu_seqlens_k[s + 1] - 1 of a batch of one (FlashAttention's varlen form), and sees nothing
+    of the others."""
     bounds = zip(itertools.pairwise(cu_seqlens_q), itertools.pairwise(cu_seqlens_k), strict=True)
-    return concatenate(
-        [
-            attend(q[..., qa:qb, :], k[..., ka:kb, :], v[..., ka:kb, :], **options)
-            for (qa, qb), (ka, kb) in bounds
-        ],
-        -2,
-    )
+    pieces = [
+        attend(q[..., qa:qb, :], k[..., ka:kb, :], v[..., ka:kb, :], **options)
+        for (qa, qb), (ka, kb) in bounds
+    ]
+    return joined(pieces, TOKEN_AXIS, concatenate)
 
 
 def padded_items(
@@ -286,8 +319,9 @@ def padded_items(
     **options,
 ):
     """``attend`` on each batch item's first Lq_b queries and first L_b keys alone, the rows past
-    Lq_b (padding) filled by ``zeros(shape, like)``, the items joined again along the batch axis
-    (``concatenate`` and ``zeros`` are NumPy's unless another library's are given)."""
+    Lq_b (padding) of what it returns (an output, or an output and its log-sum-exp) filled by
+    ``zeros(shape, like)``, the items joined again along the batch axis (``concatenate`` and
+    ``zeros`` are NumPy's unless another library's are given)."""
     zeros = zeros or (lambda shape, like: np.zeros(shape, dtype=like.dtype))
     key_lengths = [k.shape[-2]] * q.shape[0] if key_lengths is None else key_lengths
     items = []
@@ -295,9 +329,17 @@ def padded_items(
         rows = attend(
             q[b : b + 1, :, :queries], k[b : b + 1, :, :keys], v[b : b + 1, :, :keys], **options
         )
-        padding = zeros((1, q.shape[1], q.shape[-2] - queries, v.shape[-1]), rows)
-        items.append(concatenate([rows, padding], -2))
-    return concatenate(items, 0)
+        padding = padding_of(rows, q.shape[-2] - queries, zeros)
+        items.append(joined([rows, padding], TOKEN_AXIS, concatenate))
+    return joined(items, 0, concatenate)
+
+
+def padding_of(rows, count: int, zeros):
+    """Zeros for ``count`` padded query rows of ``rows`` (1, H, Lq_b, ...), or of each part of an
+    (out, lse) pair."""
+    if isinstance(rows, tuple):
+        return tuple(padding_of(part, count, zeros) for part in rows)
+    return zeros((*rows.shape[:TOKEN_AXIS], count, *rows.shape[TOKEN_AXIS + 1 :]), rows)
 
 
 def each_item_or_sequence(

@@ -136,6 +136,23 @@ class Case:
         return f"attention(causal={self.causal}, scale={self.scale}{variant})"
 
 
+def packed_rows(case: Case, *arrays):
+    """Each item's valid rows of (B, H, T, D) arrays laid end to end in a batch of one, (1, H, sum
+    of lengths, D), with the cu_seqlens of that packing: a padded batch is a packed one with
+    gaps. q and out take query lengths; k and v key lengths."""
+    queries = case.query_lengths
+    keys = case.key_lengths or (case.tk,) * case.batch
+    out_rows, q_rows, k_rows, v_rows = (
+        np.concatenate([x[b : b + 1, :, :n] for b, n in enumerate(lengths)], axis=-2)
+        for x, lengths in zip(arrays, (queries, queries, keys, keys), strict=True)
+    )
+    offsets = dict(
+        cu_seqlens_q=tuple(int(n) for n in np.cumsum((0, *queries))),
+        cu_seqlens_k=tuple(int(n) for n in np.cumsum((0, *keys))),
+    )
+    return out_rows, q_rows, k_rows, v_rows, offsets
+
+
 def random_stream(seed: int, inputs_id: str) -> np.random.Generator:
     """A generator fixed by the run's seed and the test's id without the implementation's name
     (``inputs_id``), so each test's data is stable whatever else is selected, two tests never
