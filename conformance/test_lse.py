@@ -11,16 +11,13 @@ import numpy as np
 import pytest
 
 from conformance.judge.assertions import assert_matches_oracle, assert_within_budget
+from conformance.judge.diagnosis import diagnose_lse, diagnose_merge
 from conformance.judge.harness import Case, packed_rows
 from conformance.judge.tolerance import compare, compare_lse
 from conformance.test_modifiers import SINKS, SLOPES
 from spec.dtypes import round_to
-from spec.formula import (
-    accumulation_dtype,
-    merge_states,
-    naive_log_sum_exp,
-    reference_log_sum_exp,
-)
+from spec.formula import accumulation_dtype, merge_states, naive_log_sum_exp
+from spec.state_mistakes import LseCall, MergeCall
 
 SHAPES = {
     "prefill": Case(batch=2, heads=4, tq=70, head_dim=16),
@@ -43,10 +40,13 @@ def assert_lse_matches(subject, case: Case, lse: np.ndarray, q, k, what: str = "
     """``lse`` (as returned) is the oracle's log-sum-exp of each row within its budget."""
     __tracebackhide__ = True
     options = dict(causal=case.causal, scale=case.scale, **case.formula_variant)
-    truth = reference_log_sum_exp(q, k, **options)
+    call = LseCall(q, k, options, subject.client.capabilities.lse_base)
     naive = naive_log_sum_exp(q, k, dtype=case.dtype, **options)
-    comparison = compare_lse(natural(subject, lse), truth, naive, dtype=case.dtype)
-    assert_within_budget(subject, case, what, comparison)
+    comparison = compare_lse(natural(subject, lse), call.truth, naive, dtype=case.dtype)
+    finding = None
+    if not comparison.ok:
+        finding = diagnose_lse(natural(subject, lse), call, case=case, comparison=comparison)
+    assert_within_budget(subject, case, what, comparison, finding)
 
 
 @pytest.mark.claim("LSE-VALUE")
@@ -176,11 +176,17 @@ def test_the_shipped_merge_skips_empty_parts_and_large_lses(subject, dtype):
     comparison = compare(
         out, truth, naive, dtype=case.dtype, magnitude=float(np.abs(outputs[finite]).max())
     )
-    assert_within_budget(subject, case, "merge_states out", comparison)
     lse_comparison = compare_lse(
         natural(subject, lse),
         natural(subject, truth_lse),
         natural(subject, naive_lse),
         dtype=case.dtype,
     )
-    assert_within_budget(subject, case, "merge_states lse", lse_comparison)
+    finding = None
+    if not (comparison.ok and lse_comparison.ok):
+        finding = diagnose_merge(
+            out, natural(subject, lse), MergeCall(outputs, lses, base), case=case,
+            truth=(truth, natural(subject, truth_lse)), comparisons=(comparison, lse_comparison),
+        )  # fmt: skip
+    assert_within_budget(subject, case, "merge_states out", comparison, finding)
+    assert_within_budget(subject, case, "merge_states lse", lse_comparison, finding)

@@ -14,14 +14,16 @@ from conformance.judge.diagnosis import conclude, locate, mismatch, spans
 from conformance.judge.harness import Case
 from conformance.judge.truth import largest_finite
 from conformance.report.verdicts import WIDTH, shell_lines
-from spec.formula import reference_attention
+from spec.formula import merge_states, reference_attention
 from spec.mistakes import MISTAKES, Call, find_mistake
+from spec.state_mistakes import STATE_MISTAKES, LseCall, MergeCall, find_any_mistake
 from tests.suite_process import run_module
 from tests.zoo import load_members
 from tests.zoo.kill_matrix import Verdict, diagnosis_problems
 
 MEMBERS = load_members()
-WITH_MISTAKE = sorted(name for name, m in MEMBERS.items() if m.mistake)
+WITH_MISTAKE = sorted(name for name, m in MEMBERS.items() if m.mistake in MISTAKES)
+WITH_STATE_MISTAKE = sorted(name for name, m in MEMBERS.items() if m.mistake in STATE_MISTAKES)
 
 
 def planted_future(k: np.ndarray, value: float) -> np.ndarray:
@@ -119,7 +121,50 @@ def test_each_mutant_with_a_mistake_is_that_mistakes_variant(name):
     assert compared, f"no case shows {name}'s bug: add one to CASES"
 
 
+@pytest.mark.parametrize("name", WITH_STATE_MISTAKE)
+def test_each_mutant_with_a_state_mistake_is_that_mistakes_variant(name):
+    """The zoo's log-sum-exp and merge mutants compute their state mistake's variant, as the judge
+    compares it (a log-sum-exp in the natural base, a merge's lse in the declared one), on inputs
+    where the bug shows."""
+    member = MEMBERS[name]
+    mistake = STATE_MISTAKES[member.mistake]
+    base = getattr(member.fn, "lse_base", "e")
+    rng = np.random.default_rng(0)
+    if mistake.of == "lse":
+        q, k, v = (rng.standard_normal((2, 3, 20, 16)) for _ in range(3))  # three heads
+        options = {"causal": True, "scale": None}
+        if "sinks" in inspect.signature(member.fn).parameters:
+            options["sinks"] = (0.5, 2.0, -np.inf)
+        _, lse = member.fn(q, k, v, return_lse=True, **options)
+        got = [lse * np.log(2) if base == "2" else lse]
+        call = LseCall(q, k, options, base)
+        variant, truth = [mistake.variant(call)], [call.truth]
+    else:
+        outputs = rng.standard_normal((3, 2, 3, 5, 8))  # (P, B, H, Tq, Dv)
+        lses = 1000.0 + 3.0 * rng.standard_normal((3, 2, 3, 5))  # (P, B, H, Tq)
+        outputs[1], lses[1] = np.nan, -np.inf  # a part that saw no key
+        call = MergeCall(outputs, lses, base)
+        with np.errstate(all="ignore"):
+            got = member.fn.merge_states(outputs, lses)
+        variant, truth = mistake.variant(call), merge_states(outputs, lses, base)
+    assert mistake.shows(call), name
+    shown = [mismatch(answer, right).max() > 1e-3 for answer, right in zip(got, truth, strict=True)]
+    assert any(shown), f"{name}: its bug does not show on these inputs"
+    for part, (answer, expected) in enumerate(zip(got, variant, strict=True)):
+        off = mismatch(answer, expected).max()
+        assert off <= 1e-9 * max(1.0, largest_finite(answer)), (
+            f"{name} and the variant {mistake.name} differ by {off:.3g} in part {part}"
+        )
+
+
 def test_every_mistake_has_a_name_a_sentence_and_a_hint():
+    with pytest.raises(ValueError, match="mistake 'no-such-mistake', but should be one of"):
+        find_any_mistake("no-such-mistake")
+    for name, mistake in STATE_MISTAKES.items():
+        assert name not in MISTAKES, name
+        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name), name
+        assert mistake.text, name
+        assert mistake.hint not in ("", mistake.text), name
     for name, mistake in MISTAKES.items():
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name), name
         assert mistake.text, name

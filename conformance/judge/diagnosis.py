@@ -15,6 +15,7 @@ never a guess.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from conformance.judge.tolerance import Comparison, compare_to_oracle, describe_
 from conformance.judge.truth import CaseTruth, largest_finite
 from spec.dtypes import UNIT_ROUNDOFF
 from spec.mistakes import MISTAKES, Call, mistakes_showing_in
+from spec.state_mistakes import STATE_MISTAKES, LseCall, MergeCall, find_any_mistake
 
 SPANS_SHOWN = 4  # runs of indices a localisation names before "..."
 # The largest call (in multiply-adds, :func:`work_of`) on which every variant is computed: two
@@ -111,6 +113,63 @@ def diagnose(
         else:
             refuted.append(mistake.name)
     return finding_of(out, truth, case, comparison, matched=matched, refuted=refuted)
+
+
+def diagnose_lse(lse, call: LseCall, *, case, comparison: Comparison) -> dict:
+    """The finding of a failing log-sum-exp (natural base, as compared) of ``call``: the state
+    mistakes of the log-sum-exp whose variant it matches within the budget it failed against.
+    The output's mistakes are not judged on it: neither matched nor refuted."""
+    matched, refuted = {}, []
+    for mistake in (m for m in STATE_MISTAKES.values() if m.of == "lse"):
+        if not mistake.shows(call):
+            refuted.append(mistake.name)
+            continue
+        with np.errstate(all="ignore"):
+            variant = mistake.variant(call)
+        error = largest(mismatch(lse, variant))
+        if largest(mismatch(variant, call.truth)) <= comparison.allowed:
+            refuted.append(mistake.name)  # it gives the truth here, which the lse is not
+        elif error <= comparison.allowed:
+            matched[mistake.name] = error / comparison.allowed if comparison.allowed else 0.0
+        else:
+            refuted.append(mistake.name)
+    # (B, H, Tq) as a one-column output, for the localisation
+    return finding_of(
+        lse[..., None], call.truth[..., None], case, comparison, matched=matched, refuted=refuted
+    )
+
+
+def diagnose_merge(
+    out, lse, call: MergeCall, *, truth, case, comparisons: tuple[Comparison, Comparison]
+) -> dict:
+    """The finding of a shipped merge's failing (out, lse) against ``truth``, its (out, lse),
+    with the lse in the natural base as both comparisons (out's, lse's) were made: the merge
+    mistakes whose variant both match within their budgets."""
+    to_natural = math.log(2) if call.base == "2" else 1.0
+    matched, refuted = {}, []
+    for mistake in (m for m in STATE_MISTAKES.values() if m.of == "merge"):
+        if not mistake.shows(call):
+            refuted.append(mistake.name)
+            continue
+        variant_out, variant_lse = mistake.variant(call)
+        # (the answer's distance from the variant, the variant's from the truth, the budget)
+        distances = [
+            (largest(mismatch(got, variant)), largest(mismatch(variant, right)), c.allowed)
+            for got, variant, right, c in zip(
+                (out, lse), (variant_out, variant_lse * to_natural), truth, comparisons,
+                strict=True,
+            )
+        ]  # fmt: skip
+        if all(off_truth <= allowed for _, off_truth, allowed in distances):
+            refuted.append(mistake.name)  # it gives the truth here
+        elif all(error <= allowed for error, _, allowed in distances):
+            matched[mistake.name] = max(
+                error / allowed if allowed else 0.0 for error, _, allowed in distances
+            )
+        else:
+            refuted.append(mistake.name)
+    failing = comparisons[0] if not comparisons[0].ok else comparisons[1]
+    return finding_of(out, truth[0], case, failing, matched=matched, refuted=refuted)
 
 
 def finding_of(out, truth, case, comparison: Comparison, *, matched, refuted) -> dict:
@@ -235,17 +294,19 @@ def conclude(findings: list[dict], refuted: set[str] | None = None) -> list[dict
         for name, fraction in finding["matched"].items():
             if name not in refuted and (name not in best or fraction > best[name][0]):
                 best[name] = (fraction, finding["test"])
-    exact = [name for name in best if MISTAKES[name].precision is None]
+    exact = [name for name in best if find_any_mistake(name).precision is None]
     # Of the precision mistakes, the finest that explains everything says the most.
-    finest = sorted(best, key=lambda name: UNIT_ROUNDOFF[MISTAKES[name].precision or "float64"])
+    finest = sorted(
+        best, key=lambda name: UNIT_ROUNDOFF[find_any_mistake(name).precision or "float64"]
+    )
     named = exact or finest[:1]
     if named:
         return [
             {
                 "kind": "mistake",
                 "name": name,
-                "text": MISTAKES[name].text,
-                "hint": MISTAKES[name].hint,
+                "text": find_any_mistake(name).text,
+                "hint": find_any_mistake(name).hint,
                 "test": best[name][1],
                 "fraction_of_budget": best[name][0],
             }

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from impls.contract import validate_inputs
-from spec.mistakes import find_mistake
+from spec.state_mistakes import find_any_mistake
 
 FAMILIES = (
     "scaling",
@@ -47,8 +47,9 @@ class Member:
     hidden_at_easy_shape: bool = False  # output within budget at EASY_SHAPE (test_zoo checks it)
     # reads memory it never wrote: which claims besides caught_by fail varies from run to run
     reads_fresh_memory: bool = False
-    # the catalogued mistake (spec.mistakes) its failures must be diagnosed as, where its bug is
-    # a variant of the formula; None: a bug no variant expresses (it gets a localisation)
+    # the catalogued mistake (spec.mistakes, spec.state_mistakes) its failures must be diagnosed
+    # as, where its bug is a variant of the formula; None: a bug no variant expresses (it gets a
+    # localisation)
     mistake: str | None = None
     # mistakes whose variants equal ``mistake``'s on every case this bug fails (named with it)
     alike: tuple[str, ...] = ()
@@ -105,7 +106,7 @@ def mutant(
     if family not in FAMILIES:
         raise ValueError(f"family={family!r}, but should be one of {FAMILIES}")
     for name in (mistake, *alike) if mistake else alike:
-        find_mistake(name)  # a ValueError naming the known ones
+        find_any_mistake(name)  # a ValueError naming the known ones
 
     def register(fn: Callable) -> Callable:
         fn = _validating(fn)

@@ -16,6 +16,7 @@ import numpy as np
 from spec.formula import visible_keys
 from tests.zoo import correct_variant, mutant
 from tests.zoo.formula import scores_of
+from tests.zoo.modifiers import attend_modified
 
 
 def attend_with_lse(q, k, v, *, causal, scale, return_lse, lse_of=None):
@@ -61,7 +62,7 @@ def merged(outputs, lses, *, exp=np.exp, subtract_max=True, skip_empty=True):
 # --- the log-sum-exp ------------------------------------------------------------------------------
 
 
-@mutant("partial states", "LSE-VALUE")
+@mutant("partial states", "LSE-VALUE", mistake="lse-other-base")
 def lse_in_base_2_declared_natural(q, k, v, *, causal=True, scale=None, return_lse=False):
     """Returns log2 of the sum, the base its exp2 kernel computes in, while declaring the
     natural base: a merge with another library's states weighs every part wrong."""
@@ -77,7 +78,7 @@ def lse_in_base_2_declared_natural(q, k, v, *, causal=True, scale=None, return_l
     )
 
 
-@mutant("partial states", "LSE-VALUE")
+@mutant("partial states", "LSE-VALUE", mistake="lse-unscaled")
 def lse_of_unscaled_scores(q, k, v, *, causal=True, scale=None, return_lse=False):
     """Takes the log-sum-exp of q k^T before the softmax scale (the scale folded into the
     exponent of the output's weights only)."""
@@ -93,10 +94,38 @@ def lse_of_unscaled_scores(q, k, v, *, causal=True, scale=None, return_lse=False
     )
 
 
+@mutant("partial states", "LSE-VALUE", mistake="lse-max-not-added-back")
+def lse_without_the_max(q, k, v, *, causal=True, scale=None, return_lse=False):
+    """Returns log(sum_j exp(x_j - m)), the running sum's log, without the row max m the kernel
+    subtracted from every score added back."""
+
+    def shifted(scores):
+        top = scores.max(axis=-1, keepdims=True)
+        return np.log(np.exp(scores - top).sum(axis=-1))
+
+    return attend_with_lse(
+        q, k, v, causal=causal, scale=scale, return_lse=return_lse, lse_of=shifted
+    )
+
+
+@mutant("partial states", "LSE-VALUE", mistake="lse-with-sink")
+def lse_with_the_sink(q, k, v, *, causal=True, scale=None, sinks=None, return_lse=False):
+    """Returns the state after the sink joined the running sum, log(sum_j exp(x_j) + exp(s_h)),
+    where the scores' own log-sum-exp belongs: merged with another part's, it counts the sink
+    twice."""
+    out = attend_modified(q, k, v, causal=causal, scale=scale, sinks=sinks)
+    if not return_lse:
+        return out
+    _, lse = attend_with_lse(q, k, v, causal=causal, scale=scale, return_lse=True)
+    if sinks is not None:
+        lse = np.logaddexp(lse, np.asarray(sinks, lse.dtype)[:, None])  # (B, H, Tq)
+    return out, lse.astype(q.dtype)
+
+
 # --- the merge ------------------------------------------------------------------------------------
 
 
-@mutant("partial states", "LSE-MERGE")
+@mutant("partial states", "LSE-MERGE", mistake="merge-no-max-subtraction")
 def merge_without_max_subtraction(q, k, v, *, causal=True, scale=None, return_lse=False):
     """Merges as sum_i exp(lse_i) o_i / sum_i exp(lse_i): exact arithmetic, but exp overflows
     once an lse passes 88 in float32 (709 in float64), and inf / inf is NaN."""
@@ -106,7 +135,7 @@ def merge_without_max_subtraction(q, k, v, *, causal=True, scale=None, return_ls
 merge_without_max_subtraction.merge_states = lambda o, lse: merged(o, lse, subtract_max=False)
 
 
-@mutant("partial states", "LSE-MERGE")
+@mutant("partial states", "LSE-MERGE", mistake="merge-empty-part-nan")
 def merge_empty_part_into_nan(q, k, v, *, causal=True, scale=None, return_lse=False):
     """Weighs every part, the empty ones too: a split that saw no key has weight 0, and 0 times
     the NaN its output holds is NaN in every row it touches."""
@@ -116,7 +145,7 @@ def merge_empty_part_into_nan(q, k, v, *, causal=True, scale=None, return_lse=Fa
 merge_empty_part_into_nan.merge_states = lambda o, lse: merged(o, lse, skip_empty=False)
 
 
-@mutant("partial states", "LSE-MERGE")
+@mutant("partial states", "LSE-MERGE", mistake="merge-other-base")
 def merge_base_2_as_natural(q, k, v, *, causal=True, scale=None, return_lse=False):
     """Returns and declares a base-2 log-sum-exp, right, but merges with exp where exp2
     belongs: the parts' weights come out with the wrong exponent."""
