@@ -126,6 +126,9 @@ class Capabilities:
     lse_base: str = "e"  # with lse: LSE_BASES
     empty_rows: str = "zeros"  # with key_lengths or packed, an item with no key: EMPTY_ROWS
     merges_states: bool = False  # with lse: it has merge_states(outputs, lses)
+    # with paged: the page sizes its kernels take (vLLM's 16, FlashAttention's multiples of 256);
+    # None: any
+    page_sizes: tuple[int, ...] | None = None
     # LAYOUTS it computes right; one left out must compute right or raise a clear error
     layouts: tuple[str, ...] = ("contiguous",)
 
@@ -162,6 +165,14 @@ class Capabilities:
             )
         if self.merges_states and not self.lse:
             raise ValueError("Capabilities.merges_states=True, but lse is not declared")
+        if self.page_sizes is not None and (
+            not self.page_sizes
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.page_sizes)
+        ):
+            raise ValueError(
+                f"Capabilities.page_sizes={self.page_sizes!r}, but should be None (any) or "
+                "positive integers"
+            )
         unknown = [layout for layout in self.layouts if layout not in LAYOUTS]
         if unknown or "contiguous" not in self.layouts:
             raise ValueError(
@@ -179,6 +190,9 @@ class Capabilities:
 
     def supports_head_dim(self, head_dim: int) -> bool:
         return self.head_dims is None or head_dim in self.head_dims
+
+    def supports_page_size(self, page_size: int) -> bool:
+        return self.page_sizes is None or page_size in self.page_sizes
 
     def describe(self) -> str:
         flags = [
@@ -205,6 +219,8 @@ class Capabilities:
             text += f"; lse base {self.lse_base}" + (", merge_states" if self.merges_states else "")
         if self.key_lengths or self.packed:
             text += f"; empty rows {self.empty_rows}"
+        if self.paged and self.page_sizes is not None:
+            text += "; page sizes " + ",".join(map(str, self.page_sizes))
         if self.conventions == RAISES_ON_ALL:
             return text + "; raises on every convention"
         if self.conventions:

@@ -216,3 +216,13 @@ def test_every_claim_an_implementation_declares_is_checked(
         if entry["verdict"] == "not checked" and claim not in excused
     }
     assert not unchecked, f"claims {selector} declares but were not checked: {unchecked}"
+
+
+def test_paged_cases_fit_the_page_sizes_an_implementation_declares(suite):
+    """A kernel taking pages of 4 keys alone, declared (``fn.page_sizes = (4,)``), is judged on
+    pages of 4 rather than failed or skipped; undeclared, the same kernel raised in every paged
+    test (seen with the declaration removed)."""
+    run = suite("--impl", f"{PLANTED}:pages_of_four_only", "--claims", "PAGED-KV,PAGED-UNREAD")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert re.search(r"\b8 passed\b", run.stdout), run.stdout[-1500:]
+    assert "does not declare page size" not in run.stdout

@@ -221,6 +221,7 @@ class Subject:
         depend on D: the nearest declared one above the test's (else the largest), so that a
         kernel compiled for a few head dims is still checked rather than skipped. A Dv equal to
         D follows it."""
+        case = self.fit_page_size(case)
         declared = self.client.capabilities.head_dims
         if declared is None or case.head_dim in declared:
             return case
@@ -228,6 +229,16 @@ class Subject:
         head_dim = above[0] if above else max(declared)
         value_dim = head_dim if case.value_dim == case.head_dim else case.value_dim
         return case.with_(head_dim=head_dim, value_dim=value_dim)
+
+    def fit_page_size(self, case: Case) -> Case:
+        """``case`` with a page size the implementation declares: the largest declared one up to
+        the test's, so that an item still spans several pages, its last one part full (else the
+        smallest)."""
+        declared = self.client.capabilities.page_sizes
+        if case.page_size is None or declared is None or case.page_size in declared:
+            return case
+        below = [n for n in sorted(declared) if n <= case.page_size]
+        return case.with_(page_size=below[-1] if below else min(declared))
 
     def require(self, case: Case, *, weights: bool = False, autograd: bool = False) -> None:
         """Skip, naming the missing capability, when the implementation does not declare what
@@ -241,6 +252,11 @@ class Subject:
                 ("Tq != Tk", case.tq != case.tk, caps.cross_length),
                 ("an explicit scale", case.scale is not None, caps.explicit_scale),
                 (f"head dim {case.head_dim}", True, caps.supports_head_dim(case.head_dim)),
+                (
+                    f"page size {case.page_size}",
+                    case.page_size is not None,
+                    case.page_size is None or caps.supports_page_size(case.page_size),
+                ),
                 ("Dv != D", case.value_dim != case.head_dim, caps.distinct_value_dim),
                 ("attention weights", weights, caps.exposes_weights),
                 ("autograd", autograd, caps.autograd),

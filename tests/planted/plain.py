@@ -10,7 +10,8 @@ import os
 import numpy as np
 
 from impls.contract import validate_inputs
-from tests.zoo.formula import attend
+from spec.formula import gathered_pages
+from tests.zoo.formula import attend, attend_extended
 
 
 def correct(q, k, v, *, causal=True, scale=None):
@@ -113,3 +114,21 @@ def records_inputs_second(q, k, v, *, causal=True, scale=None):
     """Correct, and notes what it was given: one of two implementations that differ only in name."""
     _record_inputs("second", q, k, v)
     return correct(q, k, v, causal=causal, scale=scale)
+
+
+def pages_of_four_only(
+    q, k, v, *, causal=True, scale=None, block_table=None, page_size=None, key_lengths=None
+):
+    """A paged cache read right, whose kernel takes pages of 4 keys and raises on any other size:
+    it declares so (``page_sizes``), and the suite must fit its paged cases to it."""
+    validate_inputs(q, k, v, causal=causal, scale=scale, block_table=block_table,
+                    page_size=page_size, key_lengths=key_lengths)  # fmt: skip
+    if block_table is None:
+        return correct(q, k, v, causal=causal, scale=scale)
+    if k.shape[1] != 4:
+        raise ValueError(f"page size {k.shape[1]}, but this kernel takes pages of 4 keys")
+    dense_k, dense_v = (gathered_pages(x, block_table, key_lengths) for x in (k, v))
+    return attend_extended(q, dense_k, dense_v, causal=causal, scale=scale, key_lengths=key_lengths)
+
+
+pages_of_four_only.page_sizes = (4,)
