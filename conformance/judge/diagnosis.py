@@ -127,10 +127,14 @@ def diagnose_lse(lse, call: LseCall, *, case, comparison: Comparison) -> dict:
         with np.errstate(all="ignore"):
             variant = mistake.variant(call)
         error = largest(mismatch(lse, variant))
+        # the budget scaled to the variant's size, as an output's (variant_budget): the unscaled
+        # scores' lse is several times the truth's, and so is its rounding
+        size = max(1.0, largest_finite(variant) / max(largest_finite(call.truth), 1e-300))
+        allowed = comparison.allowed * size
         if largest(mismatch(variant, call.truth)) <= comparison.allowed:
             refuted.append(mistake.name)  # it gives the truth here, which the lse is not
-        elif error <= comparison.allowed:
-            matched[mistake.name] = error / comparison.allowed if comparison.allowed else 0.0
+        elif error <= allowed:
+            matched[mistake.name] = error / allowed if allowed else 0.0
         else:
             refuted.append(mistake.name)
     # (B, H, Tq) as a one-column output, for the localisation
