@@ -1,7 +1,8 @@
 """The CUDA kernels' own code, run on the host (tests/cuda_emulation): every flash kernel (dtype x
-head dim) at partial tiles, Tq < Tk, without the mask and with an explicit scale, its
-log-sum-exp, and the naive kernels, each judged against the float64 oracle with the suite's
-tolerance budget. The whole suite on them: ``--impl tests.cuda_emulation:flash``."""
+head dim, and its _softcap twin) at partial tiles, Tq < Tk, without the mask, with an explicit
+scale and with sinks, its log-sum-exp, and the naive kernels, each judged against the float64
+oracle with the suite's tolerance budget. The whole suite on them: ``--impl
+tests.cuda_emulation:flash``."""
 
 from __future__ import annotations
 
@@ -14,15 +15,19 @@ from spec.dtypes import round_to
 from spec.formula import reference_log_sum_exp
 from tests import cuda_emulation
 
-# (Tq, Tk, causal, scale): one row; partial query blocks and key tiles; Tq < Tk bottom-right;
-# no mask; an explicit scale.
+# (Tq, Tk, causal, scale, modifiers): one row; partial query blocks and key tiles; Tq < Tk
+# bottom-right; no mask; an explicit scale; the _softcap twin, and sinks (one per head, the last
+# none), with either.
 FLASH_CASES = [
-    (1, 1, True, None),
-    (65, 65, True, None),
-    (130, 130, True, None),
-    (63, 129, True, None),
-    (70, 150, False, None),
-    (40, 40, True, 0.3),
+    (1, 1, True, None, {}),
+    (65, 65, True, None, {}),
+    (130, 130, True, None, {}),
+    (63, 129, True, None, {}),
+    (70, 150, False, None, {}),
+    (40, 40, True, 0.3, {}),
+    (70, 150, True, None, {"softcap": 1.5}),
+    (65, 65, True, None, {"sinks": (1.0, -np.inf)}),
+    (63, 129, False, 0.3, {"softcap": 1.5, "sinks": (0.5, 3.0)}),
 ]
 
 
@@ -34,8 +39,8 @@ def emulation():
     return cuda_emulation
 
 
-def inputs(rng, dtype: str, shapes):
-    return [round_to(rng.standard_normal(shape), dtype) for shape in shapes]
+def inputs(rng, dtype: str, shapes, spread: float = 1.0):
+    return [round_to(spread * rng.standard_normal(shape), dtype) for shape in shapes]
 
 
 @pytest.mark.parametrize("head_dim", FLASH_HEAD_DIMS)
@@ -43,17 +48,23 @@ def inputs(rng, dtype: str, shapes):
 def test_flash_kernel_matches_the_oracle_and_its_log_sum_exp(emulation, dtype, head_dim):
     impl = emulation.flash
     rng = np.random.default_rng([head_dim, len(dtype)])
-    for tq, tk, causal, scale in FLASH_CASES:
-        q, k, v = inputs(rng, dtype, [(2, 2, tq, head_dim), *[(2, 2, tk, head_dim)] * 2])
+    for tq, tk, causal, scale, modifiers in FLASH_CASES:
+        # spread 3: scaled scores well past a cap of 1.5
+        spread = 3.0 if "softcap" in modifiers else 1.0
+        q, k, v = inputs(rng, dtype, [(2, 2, tq, head_dim), *[(2, 2, tk, head_dim)] * 2], spread)
         native = [impl.from_numpy(x, dtype) for x in (q, k, v)]
-        out, lse = impl.attention_and_lse(*native, causal=causal, scale=scale)
-        where = f"flash {dtype} D={head_dim} Tq={tq} Tk={tk} causal={causal} scale={scale}"
+        out, lse = impl.attention_and_lse(*native, causal=causal, scale=scale, **modifiers)
+        where = (
+            f"flash {dtype} D={head_dim} Tq={tq} Tk={tk} causal={causal} scale={scale} {modifiers}"
+        )
         assert impl.dtype_name(out) == dtype, f"{where}: out is {out.dtype}"
         comparison = compare_to_oracle(
-            impl.to_numpy(out).astype(np.float64), q, k, v, dtype=dtype, causal=causal, scale=scale
-        )
+            impl.to_numpy(out).astype(np.float64), q, k, v, dtype=dtype, causal=causal,
+            scale=scale, **modifiers,
+        )  # fmt: skip
         assert comparison.ok, f"{where}: {comparison.describe()}"
-        expected = reference_log_sum_exp(q, k, causal=causal, scale=scale)  # (B, H, Tq)
+        # (B, H, Tq), the sink left out
+        expected = reference_log_sum_exp(q, k, causal=causal, scale=scale, **modifiers)
         # float32 log-sum-exp of scores that are exact products of the inputs: a few ulps.
         np.testing.assert_allclose(lse, expected, rtol=1e-5, atol=1e-5, err_msg=where)
 
