@@ -23,7 +23,9 @@ class Feature:
     missing: str  # how a test skipped for want of it names it
     # whether the catalogue's general mistakes (spec/mistakes.py: the plain formula with one
     # thing wrong) apply to calls with it; a score modifier's calls get its own mistakes instead,
-    # which model every modifier, and the log-sum-exp and pages none yet
+    # which model every modifier, and the log-sum-exp its own (spec/state_mistakes.py); a paged
+    # call is the dense one laid out otherwise, so the general mistakes apply, and the pages'
+    # own besides
     in_mistakes: bool = True
     # whether it only lays the same inputs out otherwise (a page pool): the truth is the dense
     # call's, computed without its keywords
@@ -90,7 +92,6 @@ FEATURES: tuple[Feature, ...] = (
         plain_keywords=("block_table",),
         flag="paged",
         missing="a paged key/value cache (block_table)",
-        in_mistakes=False,
         layout_only=True,
     ),
     Feature(

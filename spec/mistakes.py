@@ -56,6 +56,7 @@ class Call:
     alibi_slopes: tuple[float, ...] | None = None
     sinks: tuple[float, ...] | None = None
     chunk: int | None = None
+    page_size: int | None = None  # k and v reached it as page pools (spec.formula.page_pool)
 
     @property
     def modified(self) -> bool:
@@ -765,6 +766,82 @@ def _packed_query_offsets(q, k, v, call):
         one = Call.of(*parts, dtype=call.dtype, causal=call.causal, scale=call.scale)
         pieces.append(attend_with(*parts, one))
     return np.concatenate(pieces, axis=-2)
+
+
+# Paged caches: the keys a kernel reads through its block table with one step wrong, from the pool
+# spec.formula.page_pool lays out (what the worker hands over): pages no table points to hold
+# NaN, the slots of an item's last page past its length +inf, and a table's entries past an
+# item's pages point at a NaN page.
+
+
+def _paged(call: Call) -> bool:
+    return call.page_size is not None and not call.modified
+
+
+def _pages_as_read(x: np.ndarray, call: Call, *, late: bool = False) -> np.ndarray:
+    """(B, Hkv, W * page_size, D): each item's W table entries' pages as a kernel reads them
+    from the pool, its keys (or values) then +inf to the end of its last page, then NaN pages;
+    with ``late``, page p read from entry p + 1 (past the table's end, its last entry again)."""
+    size = call.page_size
+    lengths = call.key_lengths or (call.tk,) * call.batch
+    width = max(max(-(-n // size) for n in lengths), 1)  # the table's entries per item
+    pages = np.full((*x.shape[:2], width * size, x.shape[-1]), np.nan)
+    for b, length in enumerate(lengths):
+        pages[b, :, :length] = x[b, :, :length]
+        pages[b, :, length : -(-length // size) * size] = np.inf
+    if late:  # entries 1 .. W - 1, then W - 1 again
+        pages = np.concatenate([pages[..., size:, :], pages[..., -size:, :]], axis=-2)
+    return pages
+
+
+def _attend_pages(q, k, v, call: Call, *, late: bool = False, whole_pages: bool = False):
+    """The formula over the keys read through the pages, each item cut at its length (rounded up
+    to whole pages with ``whole_pages``, its rows aligned to that length)."""
+    size = call.page_size
+    lengths = call.key_lengths or (call.tk,) * call.batch
+    if whole_pages:
+        lengths = tuple(-(-n // size) * size for n in lengths)
+    read_k, read_v = (_pages_as_read(x, call, late=late) for x in (k, v))
+    read = replace(call, tk=read_k.shape[-2], key_lengths=tuple(lengths))
+    return attend_with(q, read_k, read_v, read)
+
+
+@mistake(
+    "page-table-one-page-late",
+    "page p of an item read from its table's entry p + 1: its keys shifted by a page, its last "
+    "page whatever the next entry points at",
+    "an index that skips the table's first entry, or a first column taken for a length",
+    _paged,
+    per_sequence=False,
+)
+def _page_late(q, k, v, call):
+    return _attend_pages(q, k, v, call, late=True)
+
+
+@mistake(
+    "last-page-read-past-length",
+    "every slot of an item's last page attended, as if its length were a whole number of pages",
+    "the last page's length (FlashInfer's kv_last_page_len) ignored",
+    lambda call: (
+        _paged(call)
+        and any(n % call.page_size for n in call.key_lengths or (call.tk,) * call.batch)
+    ),
+    per_sequence=False,
+)
+def _last_page_whole(q, k, v, call):
+    return _attend_pages(q, k, v, call, whole_pages=True)
+
+
+@mistake(
+    "pool-in-row-max",
+    "each row's softmax maximum taken over the whole pool, pages no item owns included: their "
+    "NaN makes every row NaN",
+    "a reduction over the pool the kernel was handed instead of the item's pages",
+    _paged,
+    per_sequence=False,
+)
+def _pool_max(q, k, v, call):
+    return np.full((call.batch, call.heads, call.tq, call.value_dim), np.nan)
 
 
 # Tiling: an online softmax over key tiles, with one step wrong

@@ -14,7 +14,7 @@ from conformance.judge.diagnosis import conclude, locate, mismatch, spans
 from conformance.judge.harness import Case
 from conformance.judge.truth import largest_finite
 from conformance.report.verdicts import WIDTH, shell_lines
-from spec.formula import merge_states, reference_attention
+from spec.formula import merge_states, page_pool, reference_attention
 from spec.mistakes import MISTAKES, Call, find_mistake
 from spec.state_mistakes import STATE_MISTAKES, LseCall, MergeCall, find_any_mistake
 from tests.suite_process import run_module
@@ -56,6 +56,8 @@ CASES = [
     ((1, 2, 2, 7, 48, 16, 16), {"sinks": (0.5, 2.0)}, None),
     ((1, 2, 2, 7, 48, 16, 16), {"chunk": 16}, None),
     ((1, 2, 2, 40, 40, 16, 16), {"chunk": 16}, None),
+    # a paged cache: items of 40 and 21 keys in pages of 8, the second's last page part full
+    ((2, 2, 2, 5, 40, 16, 16), {"key_lengths": (40, 21), "page_size": 8}, None),
 ]
 
 
@@ -100,13 +102,19 @@ def test_each_mutant_with_a_mistake_is_that_mistakes_variant(name):
         if not mistake.shows(call):
             continue
         extra = {"enable_gqa": True} if gqa else {}
+        inputs_ = [x.astype(dtype) for x in (q, k, v)]
+        dense_options = {name: value for name, value in options.items() if name != "page_size"}
+        if "page_size" in options:  # k and v as the worker lays them out: pools, one table
+            lengths, size = options["key_lengths"], options["page_size"]
+            (inputs_[1], table), (inputs_[2], _) = (
+                page_pool(x, lengths, size, np.random.default_rng(1)) for x in inputs_[1:]
+            )
+            extra["block_table"] = table
         with np.errstate(all="ignore"):
             got = np.asarray(
-                member.fn(*(x.astype(dtype) for x in (q, k, v)), causal=causal, scale=scale,
-                          **options, **extra),
-                np.float64,
-            )  # fmt: skip
-            truth = reference_attention(q, k, v, causal=causal, scale=scale, **options)
+                member.fn(*inputs_, causal=causal, scale=scale, **options, **extra), np.float64
+            )
+            truth = reference_attention(q, k, v, causal=causal, scale=scale, **dense_options)
             variant = mistake.output(q, k, v, dtype=dtype, causal=causal, scale=scale, **options)
         # a 1e-10 relative error is the epsilon's whole bug; the others are off by far more
         tolerance = 1e-13 if mistake.name == "softmax-epsilon-in-denominator" else 1e-4

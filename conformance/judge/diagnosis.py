@@ -76,7 +76,7 @@ def diagnose(
         return finding_of(out, truth, case, comparison, matched={}, refuted=[])
     calls = [
         (piece, CaseTruth(*arrays), Call.of(*arrays, dtype=piece.dtype, causal=piece.causal,
-                                            scale=piece.scale, **piece.formula_variant))
+                                            scale=piece.scale, **mistake_options(piece)))
         for piece, *arrays in pieces
     ]  # fmt: skip
     showing = {m.name for *_, call in calls for m in mistakes_showing_in(call)}
@@ -194,6 +194,13 @@ def work_of(case) -> int:
     return case.batch * case.heads * case.tq * case.tk * (case.head_dim + case.value_dim)
 
 
+def mistake_options(case) -> dict:
+    """What a mistake's variant needs of ``case`` beyond causal and scale: the formula's keywords,
+    and the page size where k and v reached the kernel as page pools (the truth needs none)."""
+    paging = {} if case.page_size is None else {"page_size": case.page_size}
+    return {**case.formula_variant, **paging}
+
+
 def assembled(mistake, calls, in_dtype: bool = False) -> np.ndarray:
     """The mistake's output on each call, joined along the query rows; where it cannot show on
     a call, the truth's. ``in_dtype``: computed in the call's arithmetic."""
@@ -204,8 +211,11 @@ def assembled(mistake, calls, in_dtype: bool = False) -> np.ndarray:
             pieces.append(case_truth.attention(**options))
         else:
             pieces.append(
-                case_truth.mistake(mistake.name, dtype=case.dtype, in_dtype=in_dtype, **options)
-            )
+                case_truth.mistake(
+                    mistake.name, dtype=case.dtype, in_dtype=in_dtype, causal=case.causal,
+                    scale=case.scale, **mistake_options(case),
+                )
+            )  # fmt: skip
     return np.concatenate(pieces, axis=-2)
 
 

@@ -27,7 +27,7 @@ def attend_pages(q, k, v, *, causal, scale, block_table, key_lengths, gather=gat
     return attend_extended(q, dense_k, dense_v, causal=causal, scale=scale, key_lengths=key_lengths)
 
 
-@mutant("paged caches", "PAGED-KV")
+@mutant("paged caches", "PAGED-KV", mistake="page-table-one-page-late")
 def page_table_read_one_page_late(
     q, k, v, *, causal=True, scale=None, block_table=None, key_lengths=None, page_size=None
 ):
@@ -46,7 +46,7 @@ def page_table_read_one_page_late(
     )  # fmt: skip
 
 
-@mutant("paged caches", "PAGED-UNREAD")
+@mutant("paged caches", "PAGED-UNREAD", mistake="last-page-read-past-length")
 def last_page_read_past_length(
     q, k, v, *, causal=True, scale=None, block_table=None, key_lengths=None, page_size=None
 ):
@@ -61,7 +61,7 @@ def last_page_read_past_length(
     )
 
 
-@mutant("paged caches", "PAGED-UNREAD")
+@mutant("paged caches", "PAGED-UNREAD", mistake="pool-in-row-max")
 def pool_in_row_max(
     q, k, v, *, causal=True, scale=None, block_table=None, key_lengths=None, page_size=None
 ):
