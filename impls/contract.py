@@ -208,6 +208,11 @@ class NumpyArrays:
     def dtype_name(self, native: Any) -> str:
         return str(self.to_numpy(native).dtype)
 
+    def check_float_dtype(self, q: np.ndarray) -> None:
+        """q of float32 or float64, the dtypes NumPy computes in; else a TypeError naming it."""
+        if q.dtype not in (np.float32, np.float64):
+            raise TypeError(f"q.dtype={q.dtype}, but should be float32 or float64 [{self.name}]")
+
     def with_empty_items(self, out: np.ndarray, key_lengths, lse=None):
         """``out`` (and ``lse``) with the rows of items that have no key set as
         ``capabilities.empty_rows`` declares (their lse -inf), whatever the arithmetic left

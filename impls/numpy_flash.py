@@ -244,13 +244,13 @@ class NumpyFlash(NumpyArrays, Implementation):
         """Each item over its pages, tile by tile (:class:`PagedKeys`), as a paged kernel's grid
         runs: item b's L_b keys, its first Lq_b query rows (the rest zeros), an item with no key
         left as ``capabilities.empty_rows`` declares."""
-        if q.dtype not in (np.float32, np.float64):
-            raise TypeError(f"q.dtype={q.dtype}, but should be float32 or float64 [{self.name}]")
+        self.check_float_dtype(q)
         batch, heads, tq, _ = q.shape
         kv_head = key_value_heads(heads, k_pool.shape[-2])
         out = np.zeros((batch, heads, tq, v_pool.shape[-1]), dtype=q.dtype)  # (B, H, Tq, Dv)
         lse = np.full((batch, heads, tq), -np.inf, dtype=q.dtype)  # (B, H, Tq)
         table = np.asarray(block_table)
+        scale = resolve_scale(scale, q.shape[-1])
         for b, length in enumerate(int(n) for n in key_lengths):
             rows = tq if query_lengths is None else int(query_lengths[b])
             if length == 0:
@@ -260,7 +260,7 @@ class NumpyFlash(NumpyArrays, Implementation):
                 q[b : b + 1, :, :rows],
                 keys,
                 causal=causal,
-                scale=resolve_scale(scale, q.shape[-1]),
+                scale=scale,
                 with_lse=True,
                 window=window,
                 **modifiers,
@@ -291,8 +291,7 @@ class NumpyFlash(NumpyArrays, Implementation):
             key_lengths=key_lengths,
             **modifiers,
         )
-        if q.dtype not in (np.float32, np.float64):
-            raise TypeError(f"q.dtype={q.dtype}, but should be float32 or float64 [{self.name}]")
+        self.check_float_dtype(q)
         scale = resolve_scale(scale, q.shape[-1])
         if key_lengths is None:
             return tiled_attention(

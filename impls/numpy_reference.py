@@ -50,14 +50,12 @@ class NumpyReference(NumpyArrays, Implementation):
         )
         if split is not None:
             return split
-        if return_lse:
-            options = dict(causal=causal, scale=scale, window=window, **variant)
-            with np.errstate(invalid="ignore"):  # 0 / 0 in an item with no key: replaced below
-                out = reference_attention(q, k, v, **options)
-            return self.with_empty_items(out, key_lengths, reference_log_sum_exp(q, k, **options))
-        with np.errstate(invalid="ignore"):
-            out = reference_attention(q, k, v, causal=causal, scale=scale, window=window, **variant)
-        return self.with_empty_items(out, key_lengths)
+        options = dict(causal=causal, scale=scale, window=window, **variant)
+        with np.errstate(invalid="ignore"):  # 0 / 0 in an item with no key: replaced below
+            out = reference_attention(q, k, v, **options)
+        if not return_lse:
+            return self.with_empty_items(out, key_lengths)
+        return self.with_empty_items(out, key_lengths, reference_log_sum_exp(q, k, **options))
 
     def merge_states(self, outputs, lses):
         return merge_states(outputs, lses)

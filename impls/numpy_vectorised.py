@@ -81,8 +81,7 @@ class NumpyVectorised(NumpyArrays, Implementation):
     ):
         variant = dict(window=window, key_lengths=key_lengths)
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
-        if q.dtype not in (np.float32, np.float64):
-            raise TypeError(f"q.dtype={q.dtype}, but should be float32 or float64 [{self.name}]")
+        self.check_float_dtype(q)
         split = self.each_item_or_sequence(
             q, k, v, causal=causal, scale=scale, **variant, **packing
         )

@@ -183,12 +183,9 @@ def reference_log_sum_exp(
     (B, H, Tq), in float64: a flash kernel's second output. A sink is not a key: its logit is
     left out. A row that sees no key has -inf. With padded query rows or packed sequences, each
     item or sequence alone (the padding's rows 0: no claim is made of them)."""
-    if variant.get("query_lengths") is not None or variant.get("cu_seqlens_q") is not None:
-        return _log_sum_exp_of_each(
-            reference_log_sum_exp, q, k, causal=causal, scale=scale, **variant
-        )
-    if k.shape[-2] == 0:  # a sequence with no key
-        return np.full(q.shape[:-1], -np.inf)
+    split = _log_sum_exp_of_each(reference_log_sum_exp, q, k, causal=causal, scale=scale, **variant)
+    if split is not None:
+        return split
     scores = reference_masked_scores(q, k, causal=causal, scale=scale, **variant)
     top = scores.max(axis=-1, keepdims=True)
     finite_top = np.where(np.isneginf(top), 0.0, top)
@@ -230,12 +227,11 @@ def naive_log_sum_exp(q, k, *, dtype: str, causal: bool = True, scale=None, sink
     """The log-sum-exp as a straightforward kernel in ``dtype`` keeps it: the scores and their
     sum in the accumulation dtype (float32 below float64). Float64 out; the oracle's own for
     float64."""
-    if variant.get("query_lengths") is not None or variant.get("cu_seqlens_q") is not None:
-        return _log_sum_exp_of_each(
-            naive_log_sum_exp, q, k, dtype=dtype, causal=causal, scale=scale, **variant
-        )
-    if k.shape[-2] == 0:  # a sequence with no key
-        return np.full(q.shape[:-1], -np.inf)
+    split = _log_sum_exp_of_each(
+        naive_log_sum_exp, q, k, dtype=dtype, causal=causal, scale=scale, **variant
+    )
+    if split is not None:
+        return split
     work = np.dtype(accumulation_dtype(dtype))
     q, k = (np.asarray(x, work) for x in (q, repeat_kv_heads(q, k)))
     scores = q @ k.swapaxes(-1, -2)
@@ -255,9 +251,12 @@ def naive_log_sum_exp(q, k, *, dtype: str, causal: bool = True, scale=None, sink
 
 
 def _log_sum_exp_of_each(log_sum_exp, q, k, **options):
-    """``log_sum_exp(q, k, ...)`` on each padded item or packed sequence, joined again."""
+    """``log_sum_exp(q, k, ...)`` on each padded item or packed sequence, joined again (a piece
+    with no key -inf); None for a call that is neither (see :func:`each_item_or_sequence`)."""
 
     def of_piece(q, k, v, **piece_options):  # v: the pieces' keys stand in; it is not read
+        if k.shape[-2] == 0:  # a sequence with no key
+            return np.full(q.shape[:-1], -np.inf)
         return log_sum_exp(q, k, **piece_options)
 
     return each_item_or_sequence(of_piece, q, k, k, **options)

@@ -87,8 +87,12 @@ class Call:
                 for s in range(len(self.cu_seqlens_q) - 1)
             ]  # fmt: skip
         queries = self.query_lengths or (self.tq,) * self.batch
-        keys = self.key_lengths or (self.tk,) * self.batch
-        return list(zip(queries, keys, strict=True))
+        return list(zip(queries, self.item_key_lengths, strict=True))
+
+    @property
+    def item_key_lengths(self) -> tuple[int, ...]:
+        """Each batch item's keys: its key length, or all Tk without them."""
+        return self.key_lengths or (self.tk,) * self.batch
 
     @property
     def has_padding(self) -> bool:
@@ -783,7 +787,7 @@ def _pages_as_read(x: np.ndarray, call: Call, *, late: bool = False) -> np.ndarr
     from the pool, its keys (or values) then +inf to the end of its last page, then NaN pages;
     with ``late``, page p read from entry p + 1 (past the table's end, its last entry again)."""
     size = call.page_size
-    lengths = call.key_lengths or (call.tk,) * call.batch
+    lengths = call.item_key_lengths
     width = max(max(-(-n // size) for n in lengths), 1)  # the table's entries per item
     pages = np.full((*x.shape[:2], width * size, x.shape[-1]), np.nan)
     for b, length in enumerate(lengths):
@@ -798,7 +802,7 @@ def _attend_pages(q, k, v, call: Call, *, late: bool = False, whole_pages: bool 
     """The formula over the keys read through the pages, each item cut at its length (rounded up
     to whole pages with ``whole_pages``, its rows aligned to that length)."""
     size = call.page_size
-    lengths = call.key_lengths or (call.tk,) * call.batch
+    lengths = call.item_key_lengths
     if whole_pages:
         lengths = tuple(-(-n // size) * size for n in lengths)
     read_k, read_v = (_pages_as_read(x, call, late=late) for x in (k, v))
@@ -822,10 +826,7 @@ def _page_late(q, k, v, call):
     "last-page-read-past-length",
     "every slot of an item's last page attended, as if its length were a whole number of pages",
     "the last page's length (FlashInfer's kv_last_page_len) ignored",
-    lambda call: (
-        _paged(call)
-        and any(n % call.page_size for n in call.key_lengths or (call.tk,) * call.batch)
-    ),
+    lambda call: _paged(call) and any(n % call.page_size for n in call.item_key_lengths),
     per_sequence=False,
 )
 def _last_page_whole(q, k, v, call):

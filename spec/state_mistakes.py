@@ -19,6 +19,7 @@ from functools import cached_property
 import numpy as np
 
 from spec.formula import reference_log_sum_exp, reference_masked_scores
+from spec.mistakes import MISTAKES
 
 
 @dataclass(frozen=True)
@@ -196,8 +197,6 @@ def find_state_mistake(name: str) -> StateMistake:
 def find_any_mistake(name: str):
     """The output mistake (spec.mistakes) or state mistake called ``name``, or a ValueError naming
     every known one."""
-    from spec.mistakes import MISTAKES
-
     if name in MISTAKES:
         return MISTAKES[name]
     if name in STATE_MISTAKES:

@@ -43,22 +43,24 @@ def test_a_message_out_of_its_turn_is_refused():
         messages.loads(messages.dumps(messages.Close()), messages.ANSWERS)
 
 
-def test_a_worker_that_announces_a_huge_answer_dies_and_the_judge_allocates_nothing():
-    (client,) = open_clients(["tests.planted.meddling:announces_a_huge_answer"])
+def assert_one_call_kills_the_worker(selector: str, match: str) -> None:
+    """One attention call on ``selector``'s worker ends it: ImplementationDied, saying ``match``."""
+    (client,) = open_clients([selector])
     q = client.from_numpy(np.ones((1, 1, 4, 8)), "float64")
     try:
-        with pytest.raises(ImplementationDied, match="arrays of 1125899906842624 bytes announced"):
+        with pytest.raises(ImplementationDied, match=match):
             client.attention(q, q, q, causal=True)
     finally:
         client.close()
+
+
+def test_a_worker_that_announces_a_huge_answer_dies_and_the_judge_allocates_nothing():
+    assert_one_call_kills_the_worker(
+        "tests.planted.meddling:announces_a_huge_answer",
+        "arrays of 1125899906842624 bytes announced",
+    )
 
 
 def test_a_worker_that_forges_a_message_dies_and_runs_nothing_in_the_judge():
-    (client,) = open_clients([FORGER])
-    q = client.from_numpy(np.ones((1, 1, 4, 8)), "float64")
-    try:
-        with pytest.raises(ImplementationDied, match="broke the line in attention"):
-            client.attention(q, q, q, causal=True)
-    finally:
-        client.close()
+    assert_one_call_kills_the_worker(FORGER, "broke the line in attention")
     assert not hasattr(impls, "LINE_FORGED")
