@@ -58,6 +58,7 @@ def test_batch_items_and_heads_are_independent(subject, dtype):
         out2 = subject.call(case, q2, k2, v2)
         others = np.ones(out.shape[:2], dtype=bool)
         others[b, h] = False
+        # Bit for bit: the same shape and call, only values item (b, h) alone reads changed.
         assert_identical(
             subject,
             case,
@@ -78,6 +79,7 @@ def test_repeat_call_is_bit_identical(subject, dtype):
     # not pass for determinism by holding the first call's answer in a recycled buffer.
     case = case.with_(poison_allocations=True)
     for repeat in range(1, 3):
+        # Bit for bit: the very same call, inputs and shape.
         assert_identical(
             subject,
             case,

@@ -75,6 +75,7 @@ def test_first_position_sees_only_itself(subject, dtype):
     for source, weights in all_weights(subject, case, q, k):
         expected = np.zeros(case.tk)
         expected[0] = 1.0
+        # Bit for bit against a constant: one visible key's weight is exp(0) / exp(0) = 1 exactly.
         assert_identical(
             subject,
             case,
@@ -113,6 +114,7 @@ def test_rows_do_not_depend_on_later_positions(subject, dtype, cut):
         k2[..., cut + 1 :, :] = k_new[..., cut + 1 :, :]
         v2[..., cut + 1 :, :] = v_new[..., cut + 1 :, :]
         out = subject.call(case, q2, k2, v2)
+        # Bit for bit: the same shape and call, only values rows 0..cut never read changed.
         assert_identical(
             subject,
             case,
@@ -239,6 +241,7 @@ def assert_nonfinite_future_does_not_reach_past_rows(subject, dtype, tensor, bad
     planted[tensor][..., cut + 1 :, :] = bad
     with np.errstate(invalid="ignore", over="ignore"):
         rows = subject.call(case, q, planted["k"], planted["v"])[..., : cut + 1, :]
+    # Bit for bit: the same shape and call, only values rows 0..cut never read changed.
     assert_identical(
         subject,
         case,

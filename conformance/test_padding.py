@@ -56,6 +56,7 @@ def test_nonfinite_padding_never_reaches_a_row(subject, dtype, tensor, bad):
         planted[tensor][b, :, length:, :] = bad
     with np.errstate(invalid="ignore", over="ignore"):
         padded = subject.call(case, q, planted["k"], planted["v"])
+    # Bit for bit: the same shape and call, only values past each key length (never read) changed.
     assert_identical(
         subject,
         case,
@@ -140,6 +141,7 @@ def test_no_token_attends_across_a_sequence_boundary(subject, dtype, case):
             v[..., keys, :],
         )
         changed = subject.call(case, others_q, others_k, others_v)
+        # Bit for bit: the same shape and call, only values sequence s never reads changed.
         assert_identical(
             subject,
             case,
@@ -197,6 +199,7 @@ def assert_empty_rows(subject, case: Case, what: str, rows: np.ndarray) -> None:
     __tracebackhide__ = True
     convention = subject.client.capabilities.empty_rows
     expected = np.zeros_like(rows) if convention == "zeros" else np.full_like(rows, np.nan)
+    # Bit for bit against a constant: a row with no key computes nothing to round.
     assert_identical(
         subject, case, f"{what} (it declares empty_rows={convention!r})", rows, expected
     )
@@ -220,6 +223,7 @@ def test_an_item_with_no_key_gives_the_declared_empty_rows(subject, dtype, case)
     )
     if subject.client.capabilities.lse:
         _, lse = subject.call_with_lse(case, q, k, v)
+        # Bit for bit against a constant: the log of an empty sum is -inf exactly.
         assert_identical(
             subject,
             case,
@@ -238,19 +242,19 @@ def test_a_packed_sequence_with_no_key_gives_the_declared_empty_rows(subject, dt
     case = subject.fit(case.with_(dtype=dtype, poison_allocations=True))
     q, k, v = subject.inputs(case)
     out = subject.call(case, q, k, v)
-    # Sequence 0 as it is without the empty one after it (PAD-PACKED judges it against the
-    # oracle): an empty sequence changes nothing of the others.
-    alone = case.with_(tq=3, cu_seqlens_q=(0, 3), cu_seqlens_k=(0, 10))
-    assert_identical(
-        subject,
-        case,
-        "rows 0..2 (sequence 0) beside an empty sequence",
-        out[..., :3, :],
-        subject.call(alone, q[..., :3, :], k, v),
+    # Sequence 0 is judged against its own truth, within budget: an empty sequence beside it
+    # changes nothing of it. Not bit for bit against a call of 3 rows: that call has another
+    # shape, which BLAS may block and sum in another order (a correct block-diagonal kernel
+    # differs in the last bit on an AVX2 machine); bit identity across shapes is what
+    # BATCH-INVARIANT, a SHOULD, asks.
+    alone = case.with_(tq=3, cu_seqlens_q=(0, 3), cu_seqlens_k=(0, 10), poison_allocations=False)
+    assert_matches_oracle(
+        subject, alone, out[..., :3, :], q[..., :3, :], k, v, what="out rows 0..2 (sequence 0)"
     )
     assert_empty_rows(subject, case, "rows 3..5 (sequence 1, which has no key)", out[..., 3:, :])
     if subject.client.capabilities.lse:
         _, lse = subject.call_with_lse(case, q, k, v)
+        # Bit for bit against a constant: the log of an empty sum is -inf exactly.
         assert_identical(
             subject,
             case,
