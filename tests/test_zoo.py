@@ -1,8 +1,10 @@
 """Test the tests: the suite must reject every mutant in the zoo and accept every correct variant.
 
-One run of the whole conformance suite judges all members at once (``tests/zoo/kill_matrix.py``);
-the tests below read its verdicts. The kill matrix and the mutation score are printed at the end
-of the session.
+One run of the conformance suite judges all members at once (``tests/zoo/kill_matrix.py``), each
+mutant on the claims its row of docs/zoo.md's kill matrix names, each correct variant on all;
+the tests below read its verdicts. The whole matrix, every member on every claim, is
+``python -m tests.zoo.kill_matrix --check`` (``tox -e zoo``). The kill matrix and the mutation
+score are printed at the end of the session.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from tests.zoo.kill_matrix import (
     MATRIX_END,
     MATRIX_START,
     ZOO_SUMMARY,
+    claims_in_kill_matrix,
     default_workers,
     diagnosis_problems,
     generated_block,
+    machine_independent,
     markdown_diagnosis_matrix,
     markdown_matrix,
     run_zoo,
@@ -45,7 +49,9 @@ def zoo_run(request, tmp_path_factory):
     # directory, which all of them share, lets the first one run it for all.
     under_xdist = os.environ.get("PYTEST_XDIST_WORKER") is not None
     shared = tmp_path_factory.getbasetemp().parent if under_xdist else None
-    run = run_zoo(MEMBERS, workers=default_workers(), shared=shared)
+    # Each mutant on the claims its row of docs/zoo.md names (the whole matrix is tox -e zoo's)
+    claims = claims_in_kill_matrix(MEMBERS)
+    run = run_zoo(MEMBERS, workers=default_workers(), shared=shared, claims=claims)
     request.config.stash[ZOO_SUMMARY] = text_matrix(run)  # printed by tests/conftest.py
     return run
 
@@ -130,7 +136,9 @@ def test_every_formula_mutant_names_a_mistake():
 def test_the_diagnosis_matrix_is_current(zoo_run):
     block = generated_block(DIAGNOSIS_START, DIAGNOSIS_END)
     assert block is not None, f"docs/zoo.md lacks the {DIAGNOSIS_START} ... {DIAGNOSIS_END} markers"
-    assert block == markdown_diagnosis_matrix(zoo_run), (
+    # The farthest matches' budget fractions depend on the machine's BLAS and SIMD paths: shown
+    # in docs/zoo.md, not compared; which mistake is named, and where, does not.
+    assert machine_independent(block) == machine_independent(markdown_diagnosis_matrix(zoo_run)), (
         "docs/zoo.md's diagnosis matrix differs from this run's: "
         "regenerate it with python -m tests.zoo.kill_matrix --write"
     )
