@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.judge.diagnosis import conclude, describe_diagnosis, diagnose
+from conformance.judge.diagnosis import conclude, describe_diagnosis, diagnose, finding_of
 from conformance.judge.harness import Case, Document, Subject
 from conformance.judge.tolerance import Comparison, compare_to_oracle
 from conformance.judge.truth import CaseTruth
@@ -77,7 +77,7 @@ def assert_identical(
 
 
 def judged(
-    subject: Subject, case: Case, out, q, k, v, *, truth=None, pieces=None
+    subject: Subject, case: Case, out, q, k, v, *, truth=None, pieces=None, diagnosable=True
 ) -> tuple[Comparison, dict | None]:
     """``out``, the answer to ``case`` on q, k, v, against ``truth`` (the oracle's by default),
     and where it misses its budget, the finding of its diagnosis: the mistakes the subject's
@@ -92,6 +92,8 @@ def judged(
     )
     if comparison.ok:
         return comparison, None
+    if not diagnosable:  # a variant of ``case`` is not what made ``out``: it proves nothing
+        return comparison, finding_of(out, truth, case, comparison, matched={}, refuted=[])
     refuted = subject.client.refuted_mistakes
     finding = diagnose(
         out, q, k, v, case=case, comparison=comparison, truth=truth, pieces=pieces,
@@ -183,13 +185,18 @@ def assert_matches_oracle(
     truth: np.ndarray | None = None,
     what: str = "out",
     pieces: list[tuple] | None = None,
+    diagnosable: bool = True,
 ) -> Comparison:
     """``out`` is attention(q, k, v) - or ``truth``, where the test knows it another way - within
     the tolerance budget for the case's dtype; where it is not, the failure names the catalogued
     mistake its output matches, or where its error lies. ``pieces``: the calls, as (case, q, k, v),
-    whose outputs were joined along the query rows into ``out``, where it was not one call."""
+    whose outputs were joined along the query rows into ``out``, where it was not one call.
+    ``diagnosable=False``: ``out`` is cut from a call that is not ``case`` and that no variant
+    computes; a failure then says only where its errors lie."""
     __tracebackhide__ = True
     assert_shape(subject, case, f"{what}.shape", out.shape, case.out_shape)
-    comparison, finding = judged(subject, case, out, q, k, v, truth=truth, pieces=pieces)
+    comparison, finding = judged(
+        subject, case, out, q, k, v, truth=truth, pieces=pieces, diagnosable=diagnosable
+    )
     assert_within_budget(subject, case, what, comparison, finding)
     return comparison
