@@ -42,10 +42,11 @@ def shadowing() -> str | None:
 
 
 def main() -> int:
-    """The ``attnspec`` command: the current directory first on ``sys.path`` (where a kernel named
-    ``module:attr`` is found, and where the suite's pytest will look too), checked, then run."""
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    """The ``attnspec`` command, with nothing of the directory it is run from importable: that is
+    where a candidate kernel's files lie (a ``csv.py`` among them, say), and it reaches the
+    workers' ``sys.path`` alone, once they are confined (``--impl-path``)."""
+    here = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p not in ("", ".") and os.path.abspath(p) != here]
     problem = shadowing()
     if problem:
         print(problem, file=sys.stderr)
@@ -55,15 +56,34 @@ def main() -> int:
     return command()
 
 
+def shadowed_standard_library() -> str | None:
+    """Under --require-sandbox, one line naming a module on ``sys.path`` that shadows the standard
+    library's, or None: such a file beside a candidate kernel would run in the judge (the
+    suite's own modules import hmac, csv, zipfile), so the run is refused before any of them."""
+    asked = " ".join([*sys.argv, os.environ.get("PYTEST_ADDOPTS", "")])
+    if "--require-sandbox" not in asked:
+        return None
+    from conformance.run.provenance import stdlib_shadows, trusted_roots
+
+    found = stdlib_shadows(sys.path, trusted_roots())
+    if not found:
+        return None
+    return (
+        f"attnspec: --require-sandbox, but {'; '.join(found)}: judge untrusted code with "
+        "`attnspec run --impl PATH.py:ATTR`, which imports nothing of its directory"
+    )
+
+
 # --- the pytest plugin (entry point pytest11) ---------------------------------------------------
 # Registered under the name the checkout's conftest.py and `attnspec run`'s `-p` use, so that
 # loading it again from either is a no-op rather than a second registration.
-_PROBLEM = shadowing()
+_PROBLEM = shadowing() or shadowed_standard_library()
 if _PROBLEM is None:
     pytest_plugins = ["conformance.plugin"]
 else:
     # Every pytest run in the environment loads this: stay silent unless asked to judge.
-    ATTNSPEC_ARGUMENTS = ("--impl", "--claims", "--attnspec", "--report-json", "--report-html")
+    ATTNSPEC_ARGUMENTS = ("--impl", "--claims", "--attnspec", "--report-json", "--report-html",
+                          "--require-sandbox")  # fmt: skip
 
     def pytest_load_initial_conftests(early_config, parser, args) -> None:
         import pytest

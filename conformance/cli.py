@@ -33,11 +33,16 @@ from conformance.report.matrix import matrix_lines
 from conformance.report.tables import text_table
 from conformance.report.verdicts import shell_lines
 from conformance.run.collection import claims_of
+from conformance.run.fork_server_client import isolated_command
 from conformance.run.options import add_to_command, pytest_arguments_of
 from conformance.run.profiles import DEFAULT_PROFILE, PROFILES
 from conformance.run.selection import split_names_or_fail
+from conformance.run.settings import file_of_selector
+from conformance.run.worker_clients import WorkerSetup, open_clients
+from impls.messages import Description
 from impls.registry import BUILTINS, ECOSYSTEM, RegistryError, entry_point_names, resolve
 from impls.templates import TEMPLATES_DIR
+from impls.worker_process import describe
 from spec.catalogue import load_catalogue
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
@@ -69,16 +74,16 @@ def command_list(options: argparse.Namespace) -> int:
     unresolved = []
     for name, source in names:
         try:
-            impl = resolve(name)
+            found = description_of(name)
         except RegistryError as exc:
             rows.append((name, source, "-", "no: not an implementation"))
             details.append([f"why not: {exc}"])
             unresolved.append(name)
             continue
-        reason = impl.unavailable_reason()
-        rows.append((name, source, f"{impl.family} on {impl.device}", "no" if reason else "yes"))
+        reason = found.unavailable_reason
+        rows.append((name, source, f"{found.family} on {found.device}", "no" if reason else "yes"))
         details.append(
-            [f"version: {impl.version()}", f"declares: {impl.capabilities.describe()}"]
+            [f"version: {found.version}", f"declares: {found.capabilities.describe()}"]
             + ([f"why not: {reason}"] if reason else [])
         )
     verbose = options.verbose or options.impl is not None
@@ -95,13 +100,35 @@ def command_list(options: argparse.Namespace) -> int:
     return 0
 
 
+def description_of(name: str) -> Description:
+    """What ``name`` declares: a built-in's or an adapter's read here (the suite's own code); any
+    other's by a confined worker of its own, which finds it where ``attnspec run`` would (the
+    current directory, ``$PYTHONPATH``, a selector's file), so that listing a candidate runs
+    nothing of it in this process."""
+    if name in BUILTINS or name in ECOSYSTEM:
+        return describe(resolve(name))
+    selector = absolute_selector(name)
+    file = file_of_selector(selector)
+    pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    paths = [*([str(file.parent)] if file else []), os.getcwd(), *pythonpath]
+    (client,) = open_clients([selector], setup=WorkerSetup(impl_paths=tuple(paths)))
+    client.close()
+    return client.description
+
+
 # --- attnspec run -------------------------------------------------------------------------------
 
 
-def pytest_arguments(options: argparse.Namespace) -> list[str]:
-    # The suite by module name, as its reproducers name its tests: pytest's rootdir (and its
-    # cache) is then the directory the command was started in, where a reproducer is pasted.
-    args = ["--pyargs", "conformance", "-p", "conformance.plugin"]
+# The judge's pytest configuration: `attnspec run` reads no ini file, conftest or plugin of the
+# directory it is run from, where a candidate's files may lie (docs/isolation.md).
+JUDGE_INI = CONFORMANCE_DIR / "judge.ini"
+
+
+def pytest_arguments(options: argparse.Namespace, rootdir: Path) -> list[str]:
+    # The suite by module name, as its reproducers name its tests; pytest's rootdir the run's
+    # own scratch directory, which holds nothing of the candidate.
+    args = ["--pyargs", "conformance", "-p", "conformance.plugin", "-c", str(JUDGE_INI)]
+    args += ["--rootdir", str(rootdir), "--noconftest", "-p", "no:cacheprovider"]
     # The matrix is the answer; pytest's per-test summary is there with -v.
     args += ["-v", "-ra"] if options.verbose else ["-qq", "--no-summary"]
     args += pytest_arguments_of(options)
@@ -113,20 +140,57 @@ def pytest_arguments(options: argparse.Namespace) -> list[str]:
     return args + list(options.pytest_args)
 
 
+def as_judged_elsewhere(options: argparse.Namespace) -> None:
+    """The run's paths made absolute, and the places a candidate's modules are found named, for a
+    judge that runs in a directory of its own: a selector naming a file, the report files, and
+    the directory the command was started in and ``$PYTHONPATH``'s, which reach the workers'
+    ``sys.path`` (as --impl-path) and nothing of the judge's."""
+    if options.impl is not None:
+        options.impl = [
+            ",".join(absolute_selector(name) for name in value.split(",")) for value in options.impl
+        ]
+    for name in ("report_json", "report_html", "junitxml"):
+        if getattr(options, name) is not None:
+            setattr(options, name, Path(getattr(options, name)).resolve())
+    pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    searched = [os.getcwd(), *(os.path.abspath(p) for p in pythonpath)]
+    options.impl_path = list(dict.fromkeys([*(options.impl_path or ()), *searched]))
+
+
+def absolute_selector(selector: str) -> str:
+    """``./mykernel.py:attention`` with its file's path made absolute; others as they are."""
+    module, colon, attribute = selector.strip().partition(":")
+    if module.endswith(".py"):
+        return f"{Path(module).resolve()}{colon}{attribute}"
+    return selector.strip()
+
+
+def judge_environment() -> dict[str, str]:
+    """The judge's environment without ``PYTHONPATH`` (its directories are the workers' alone),
+    and with ``PYTHONSAFEPATH``, so that the xdist processes put no current directory on their
+    ``sys.path`` either."""
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return environ | {"PYTHONSAFEPATH": "1"}
+
+
 def command_run(options: argparse.Namespace) -> int:
     if options.impl is not None:
         try:
             split_names_or_fail(options.impl)
         except RegistryError as exc:
             return usage_error(str(exc))
+    as_judged_elsewhere(options)
     with tempfile.TemporaryDirectory(prefix="attnspec-run-") as scratch:
         options.report_json = options.report_json or Path(scratch) / "report.json"
         report_json = options.report_json
-        command = [sys.executable, "-m", "pytest", *pytest_arguments(options)]
+        judge = Path(scratch) / "judge"  # the judge's current directory and pytest's rootdir
+        judge.mkdir()
+        command = isolated_command("pytest", *pytest_arguments(options, judge))
         if options.verbose:
-            print("\n".join(shell_lines(shlex.join(command[1:]), "attnspec run: ", "  ")))
+            shown = shlex.join(["python", "-I", "-m", "pytest", *command[6:]])
+            print("\n".join(shell_lines(shown, "attnspec run: ", "  ")))
         sys.stdout.flush()
-        status = subprocess.call(command)
+        status = subprocess.call(command, cwd=judge, env=judge_environment())
         if status == PYTEST_USAGE_ERROR:
             # pytest's usage error (a bad --impl, say): this command's usage errors exit 2.
             return USAGE_ERROR
@@ -365,8 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command, once :func:`attnspec.main` has put the current directory on ``sys.path`` and
-    checked that nothing there shadows the suite's packages."""
+    """The command, once :func:`attnspec.main` has taken the current directory off ``sys.path``
+    and checked that nothing shadows the suite's packages."""
     options = build_parser().parse_args(argv)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     return options.handler(options)

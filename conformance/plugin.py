@@ -40,6 +40,7 @@ from conformance.run.collection import (
 from conformance.run.ledger import Ledger
 from conformance.run.options import add_to_pytest
 from conformance.run.profiles import active_profile
+from conformance.run.provenance import foreign_code
 from conformance.run.recording import (
     IMPLEMENTATION_FAILURES,
     NOTES_KEY,
@@ -107,6 +108,13 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"attnspec: --require-sandbox, but workers would run {confinement.describe()}"
         )
+    foreign = foreign_code(config) if settings.require_sandbox and worker_input is None else []
+    if foreign:
+        raise pytest.UsageError(
+            "attnspec: --require-sandbox, but this pytest loaded code from outside the suite "
+            f"before attnspec could stop it: {'; '.join(foreign)}. Judge untrusted code with "
+            "`attnspec run --impl PATH.py:ATTR`, which loads none of it (docs/isolation.md)"
+        )
     described = worker_input.get(DESCRIPTIONS_INPUT) if worker_input else None
     try:
         selection = select(
@@ -114,6 +122,7 @@ def pytest_configure(config: pytest.Config) -> None:
             in_process=settings.in_process,
             sandbox=settings.sandbox,
             call_timeout=settings.call_timeout,
+            setup=settings.worker_setup,
             descriptions={
                 selector: Description.from_plain(plain)
                 for selector, plain in json.loads(described).items()
@@ -123,6 +132,14 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     except RegistryError as exc:
         raise pytest.UsageError(f"attnspec: {exc}") from None
+    unconfined = [s for s in selection if not s.client.sandbox.startswith("full")]
+    if settings.require_sandbox and unconfined and worker_input is None:
+        for selected in selection:
+            selected.client.close()
+        raise pytest.UsageError(
+            "attnspec: --require-sandbox, but "
+            + "; ".join(f"{s.client.name}'s worker ran {s.client.sandbox}" for s in unconfined)
+        )
     catalogue = load_catalogue()
     ledger = Ledger(catalogue, [s.client.name for s in selection])
     ledger.unconfined = {

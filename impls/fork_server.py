@@ -3,18 +3,21 @@ interpreter that has imported NumPy and :mod:`impls.worker_process` and nothing 
 implementation.
 
 A worker forked from here is the process ``python -m impls.worker_process`` would be - the
-judge's environment, its ``sys.path`` and current directory, no CUDA context, no thread of the
-judge - without paying for the interpreter and NumPy again: about 0.3 s of CPU per worker on a
-2-core machine, and a run over the zoo starts a few hundred. The judge
-(``conformance/run/fork_server_client.py``) starts one per process and environment, as
-``python -m impls.fork_server FD``.
+environment the judge lets through (:func:`impls.sandbox.worker_environment`), the sys.path and
+current directory it names, no CUDA context, no thread of the judge - without paying for the
+interpreter and NumPy again: about 0.3 s of CPU per worker on a 2-core machine, and a run over
+the zoo starts a few hundred. The judge (``conformance/run/fork_server_client.py``) starts one
+per process and environment, isolated (``python -I``: no current directory, no ``PYTHONPATH`` on
+its ``sys.path``), so that no file beside a candidate kernel, a ``zipfile.py`` say, is imported
+into this unconfined process.
 
 The line is a Unix socket of packets, each a request of :mod:`impls.messages` with the file
 descriptors it hands over, answered in order:
 
 - :class:`~impls.messages.StartWorker`, with the worker's end of its socket pair and the file its
-  output goes to: :class:`~impls.messages.WorkerStarted`; the worker confines itself to its
-  scratch directory (:mod:`impls.sandbox`), or runs unconfined where there is none.
+  output goes to: :class:`~impls.messages.WorkerStarted`, with how far the worker confined itself
+  to its scratch directory (:mod:`impls.sandbox`), said down a pipe before it set its ``sys.path``
+  or imported anything of the implementation; or unconfined where there is no scratch.
 - :class:`~impls.messages.WaitForWorker`: :class:`~impls.messages.WorkerExited`, or
   :class:`~impls.messages.StillRunning` when its timeout passes first;
   :class:`~impls.messages.Refused` for a pid that is not a worker it has not waited for. A
@@ -60,14 +63,17 @@ SIGINT_AT_START = signal.getsignal(signal.SIGINT)
 WAIT_POLL = (0.001, 0.05)  # seconds between two looks at a worker that has not ended: first, most
 
 
-def start(line: socket.socket, request: StartWorker, fds: list[int]) -> int:
+def start(line: socket.socket, request: StartWorker, fds: list[int]) -> WorkerStarted:
     connection_fd, output_fd = fds
     sys.stdout.flush()
     sys.stderr.flush()
+    # the worker says down this pipe how far it was confined, before it imports anything
+    report_read, report_write = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             line.close()
+            os.close(report_read)
             signal.signal(signal.SIGINT, SIGINT_AT_START)
             os.dup2(output_fd, 1)
             os.dup2(output_fd, 2)
@@ -80,9 +86,15 @@ def start(line: socket.socket, request: StartWorker, fds: list[int]) -> int:
                 json.dumps(list(request.paths)),
                 request.selector,
                 request.scratch or "",
+                str(request.memory_bytes or ""),
             ]
             worker_process.run(
-                connection_fd, list(request.paths), request.selector, request.scratch
+                connection_fd,
+                list(request.paths),
+                request.selector,
+                request.scratch,
+                request.memory_bytes,
+                report_write,
             )
         except BaseException:
             traceback.print_exc()
@@ -90,8 +102,11 @@ def start(line: socket.socket, request: StartWorker, fds: list[int]) -> int:
             os._exit(1)
     os.close(connection_fd)
     os.close(output_fd)
+    os.close(report_write)
     WORKERS.add(pid)
-    return pid
+    with os.fdopen(report_read, "rb") as report:
+        said = report.read(4096).decode(errors="replace")
+    return WorkerStarted(pid, said or "none (its worker ended before it was confined)")
 
 
 WORKERS: set[int] = set()  # the workers forked and not yet waited for
@@ -145,7 +160,7 @@ def answer(line: socket.socket, request: StartWorker | WaitForWorker, fds: list[
     if isinstance(request, StartWorker):
         if len(fds) != 2:
             return Refused(f"a StartWorker with {len(fds)} file descriptors, but should have 2")
-        return WorkerStarted(start(line, request, fds))
+        return start(line, request, fds)
     try:
         returncode = wait(request.pid, request.timeout)
     except ChildProcessError as exc:  # not a worker of this fork server, or waited for before
@@ -164,15 +179,19 @@ def serve(line: socket.socket) -> None:
         line.send(dumps(answer(line, loads(payload, (StartWorker, WaitForWorker)), fds)))
 
 
-if __name__ == "__main__":
+def main(fd: int) -> None:
     # A Ctrl-C reaches the whole process group: the workers take it as a fresh interpreter would,
     # the fork server lives until the judge closes its line, so the judge can still wait for them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     become_subreaper()  # and the C library its workers confine themselves with, loaded once
     try:
-        serve(socket.socket(fileno=int(sys.argv[1])))
+        serve(socket.socket(fileno=fd))
     finally:
         for pid in WORKERS:  # the judge has gone: nothing it started may stay
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
         sweep()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

@@ -172,14 +172,18 @@ class StartWorker:
     fork a worker serving ``selector``, confined to ``scratch`` (None: unconfined)."""
 
     selector: str
-    paths: tuple[str, ...]  # the judge's sys.path
+    paths: tuple[str, ...]  # the worker's sys.path, set once it is confined
     cwd: str
     scratch: str | None
+    memory_bytes: int | None = None  # its bound (RLIMIT_DATA); None: none
 
 
 @dataclass(frozen=True)
 class WorkerStarted:
     pid: int
+    # how far it was confined, as the fork server saw it before the worker imported anything of
+    # the implementation (impls.sandbox.Confinement.describe())
+    sandbox: str
 
 
 @dataclass(frozen=True)

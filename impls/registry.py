@@ -10,6 +10,7 @@ import difflib
 import importlib
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from impls.contract import PLAIN_SIGNATURE, Implementation, PlainCallable
 
@@ -187,6 +188,9 @@ def _import_attribute(spec: str) -> object:
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise RegistryError(f"{spec!r}: expected package.module:attribute")
+    if module_name.endswith(".py"):
+        # a file, path/to/mykernel.py: the judge put its directory first on this worker's path
+        module_name = Path(module_name).stem
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:

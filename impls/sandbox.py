@@ -11,21 +11,34 @@ maintained Python binding covers its scopes (ABI 6), and the calls are three. Th
   ``/dev/null`` and ``/dev/shm``, and the GPU device nodes;
 - signals, and connects to abstract Unix sockets of, nothing outside its own domain (ABI 6), and
   may ptrace only its own descendants, which Landlock enforces with any ABI;
-- runs without the capabilities root has, and with no_new_privs, so that no exec regains them.
+- runs without the capabilities root has, and with no_new_privs, so that no exec regains them;
+- has no network: a network namespace of its own (no interface but a loopback that is down, so
+  no TCP, UDP or loopback traffic leaves it), made as root or in a user namespace where an
+  ordinary user may make one, and Landlock's TCP rules (ABI 4) refusing every bind and connect;
+- gets an environment of the variables :func:`worker_environment` lets through, and nothing else
+  of the judge's (no token, no secret);
+- may hold at most its memory bound of data (``RLIMIT_DATA``, which counts what malloc, NumPy and
+  torch allocate, and not the address space CUDA reserves).
 
 What is confined is said by :class:`Confinement`: ``full``, ``partial`` (what is missing: an ABI
-below 6 leaves signals and abstract sockets open) or ``none`` (why).
+below 6 leaves signals and abstract sockets open, one below 4 TCP; no network namespace leaves UDP
+and the loopback open) or ``none`` (why). The judge reports what the worker's confinement
+achieved as the fork server saw it, before the implementation's module was imported, never what
+the worker says of itself afterwards.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import fnmatch
 import functools
 import os
 import platform
+import resource
 import sys
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +56,10 @@ EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 ABI1_RIGHTS = (1 << 13) - 1  # EXECUTE .. MAKE_SYM
 REFER, TRUNCATE = 1 << 13, 1 << 14
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
+NETWORK_ABI = 4  # TCP's bind and connect handled
 FULL_ABI = 6  # signals and abstract sockets scoped
+CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 
 READ = EXECUTE | READ_FILE | READ_DIR
 READABLE_SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc",
@@ -55,6 +71,28 @@ WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/shm", "/dev/dri", "/dev/nvid
 CACHE_VARIABLES = ("TRITON_CACHE_DIR", "CUPY_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
                    "TORCH_EXTENSIONS_DIR", "JAX_COMPILATION_CACHE_DIR", "XDG_CACHE_HOME",
                    "NUMBA_CACHE_DIR", "MPLCONFIGDIR")  # fmt: skip
+
+
+# What a worker's environment holds of the judge's: the dynamic loader's and CUDA's variables, the
+# thread and BLAS counts the run sets, NumPy's CPU dispatch, the interpreters of Triton and JAX's
+# platform, locale and time zone; and, set afresh, HOME and TMPDIR in its scratch. A name ending
+# in * stands for every name it begins.
+WORKER_VARIABLES = ("PATH", "LD_LIBRARY_PATH", "CUDA_*", "NVIDIA_*", "CUPY_*", "TRITON_INTERPRET",
+                    "JAX_PLATFORMS", "XLA_FLAGS", "OMP_*", "MKL_*", "OPENBLAS_*", "BLIS_*",
+                    "NPY_*", "NUMEXPR_*", "LANG", "LANGUAGE", "LC_*", "TZ",
+                    "ATTNSPEC_LANDLOCK_ABI")  # fmt: skip
+
+
+def worker_environment(environ: Mapping[str, str], passed: Iterable[str] = ()) -> dict[str, str]:
+    """The judge's variables a worker gets: those :data:`WORKER_VARIABLES` names, and those named
+    in ``passed`` (``--pass-env``); nothing else, however the judge's environment came to hold it
+    (a CI token, a cloud key, ``PYTHONPATH``)."""
+    allowed = (*WORKER_VARIABLES, *passed)
+    return {
+        name: value
+        for name, value in environ.items()
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in allowed)
+    }
 
 
 @dataclass(frozen=True)
@@ -110,12 +148,16 @@ def expected_confinement() -> Confinement:
     if abi < 1:
         return Confinement("none", "the kernel offers no Landlock (disabled, or before 5.13)")
     if abi < FULL_ABI:
-        return Confinement(
-            "partial",
-            f"Landlock ABI {abi}: files confined, but signals and abstract Unix sockets need ABI "
-            f"{FULL_ABI} (Linux 6.12), so a worker can signal the judge",
-        )
+        return Confinement("partial", _missing_abi(abi))
     return Confinement("full")
+
+
+def _missing_abi(abi: int) -> str:
+    missing = "signals and abstract Unix sockets" + (" and TCP" if abi < NETWORK_ABI else "")
+    return (
+        f"Landlock ABI {abi}: files confined, but {missing} need ABI {FULL_ABI} (Linux 6.12), "
+        "so a worker can signal the judge"
+    )
 
 
 def _handled_rights(abi: int) -> int:
@@ -130,13 +172,13 @@ def _handled_rights(abi: int) -> int:
 SUITE_ROOT = Path(__file__).resolve().parent.parent  # where spec/, impls/ and conformance/ lie
 
 
-def readable_paths(scratch: Path) -> list[str]:
-    """Where a worker may read: the interpreter, its modules, the system's libraries,
-    ``sys.path`` (the judge's current directory among them, where a kernel file lies) and the
+def readable_paths(scratch: Path, search_paths: Iterable[str]) -> list[str]:
+    """Where a worker may read: the interpreter, its modules, the system's libraries, the
+    worker's ``search_paths`` (its sys.path to be: the candidate's directory among them) and the
     suite's own packages, which an editable install finds by an import hook, not ``sys.path``."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, *READABLE_SYSTEM, str(scratch)}
     paths.add(str(SUITE_ROOT))
-    paths.update(entry or os.getcwd() for entry in sys.path)
+    paths.update(entry or os.getcwd() for entry in search_paths)
     return sorted(p for p in paths if os.path.exists(p))
 
 
@@ -153,30 +195,40 @@ def become_subreaper() -> None:
     _libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def confine(scratch: Path) -> Confinement:
+def confine(
+    scratch: Path, search_paths: Iterable[str], memory_bytes: int | None = None
+) -> Confinement:
     """Confines this process (and all it starts) for good, as far as the kernel allows: files as
-    the module docstring says, signals and abstract sockets scoped, root's capabilities dropped.
-    Raises OSError where a step the kernel offers fails."""
+    the module docstring says, no network, signals and abstract sockets scoped, root's
+    capabilities dropped, at most ``memory_bytes`` of data (None: no bound). Returns what was
+    achieved; raises OSError where a step the kernel offers fails."""
     expected = expected_confinement()
     os.environ.update(scratch_environment(scratch))
     tempfile.tempdir = None  # chosen afresh from TMPDIR
+    if memory_bytes is not None:
+        resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
     if sys.platform != "linux":
         return expected  # none, and why: no prctl, no Landlock
     libc = _libc()
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    no_namespace = _leave_the_network(libc)  # before the capabilities go: root's needs them
     _drop_capabilities(libc)
     if expected.level == "none":
         return expected
     abi = landlock_abi()
     handled = _handled_rights(abi)
-    attr = _RulesetAttr(handled, 0, SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)
-    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 8  # older kernels take the first field
+    network = NET_BIND_TCP | NET_CONNECT_TCP if abi >= NETWORK_ABI else 0
+    attr = _RulesetAttr(
+        handled, network, SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
+    )
+    # older kernels take the fields they know: the first alone before ABI 4, two before ABI 6
+    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= NETWORK_ABI else 8)
     ruleset = libc.syscall(LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0)
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
     try:
-        for path in readable_paths(scratch):
+        for path in readable_paths(scratch, search_paths):
             _allow(libc, ruleset, path, READ, handled)
         for path in [str(scratch), *WRITABLE_DEVICES]:
             if os.path.exists(path):
@@ -187,7 +239,29 @@ def confine(scratch: Path) -> Confinement:
             raise OSError(ctypes.get_errno(), "landlock_restrict_self")
     finally:
         os.close(ruleset)
+    if expected.level == "full" and no_namespace:
+        return Confinement(
+            "partial", f"no network namespace ({no_namespace}): UDP and the loopback stay open"
+        )
     return expected
+
+
+def _leave_the_network(libc) -> str | None:
+    """Moves this process into a network namespace of its own: as root directly, else inside a
+    user namespace of its own that maps this user to itself. Returns why it could not, or None."""
+    if libc.unshare(CLONE_NEWNET) == 0:
+        return None
+    as_root = os.strerror(ctypes.get_errno())
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+        return f"unshare: {as_root}; in a user namespace: {os.strerror(ctypes.get_errno())}"
+    try:  # this user as itself inside, so that files keep their owners
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+    except OSError as exc:
+        raise OSError(exc.errno, f"mapping the user namespace: {exc.strerror}") from None
+    return None
 
 
 def _allow(libc, ruleset: int, path: str, rights: int, handled: int) -> None:

@@ -53,8 +53,9 @@ from spec.formula import page_pool
 Answer = Answered | Timed | Raised | Broke | NotChecked
 
 
-def describe(impl, confinement: Confinement | None = None) -> Description:
-    """What the judge needs to know of an implementation."""
+def describe(impl) -> Description:
+    """What the judge needs to know of an implementation, in its own words (how far its worker is
+    confined is the judge's to say, not the worker's: the judge sets ``sandbox``)."""
     return Description(
         name=impl.name,
         family=impl.family,
@@ -63,7 +64,6 @@ def describe(impl, confinement: Confinement | None = None) -> Description:
         capabilities=impl.capabilities,
         unavailable_reason=impl.unavailable_reason(),
         call_timeout=getattr(impl, "call_timeout", None),
-        **({"sandbox": confinement.describe()} if confinement else {}),
     )
 
 
@@ -296,12 +296,12 @@ def timed(impl, natives: list, *, repeats: int, settle_seconds: float, **kwargs)
     return Timed(tuple(seconds))
 
 
-def serve(conn: Connection, selector: str, confinement: Confinement) -> None:
+def serve(conn: Connection, selector: str) -> None:
     from impls.registry import RegistryError, resolve
 
     try:
         impl = resolve(selector)
-        description = describe(impl, confinement)
+        description = describe(impl)
     except RegistryError as exc:
         send(conn, NotResolved(str(exc)))
         return
@@ -322,11 +322,19 @@ def serve(conn: Connection, selector: str, confinement: Confinement) -> None:
         send(conn, answer)
 
 
-def run(fd: int, paths: list[str], selector: str, scratch: str | None) -> None:
+def run(
+    fd: int,
+    paths: list[str],
+    selector: str,
+    scratch: str | None,
+    memory_bytes: int | None = None,
+    report_fd: int | None = None,
+) -> None:
     """The worker's life, in a process started for it or forked for it by :mod:`impls.fork_server`;
     it never returns. With a ``scratch`` directory, it is confined (:mod:`impls.sandbox`) before
-    the selector is resolved, so nothing of the implementation runs unconfined."""
-    sys.path[:] = paths  # the judge's: a kernel file in its current directory resolves here too
+    ``paths`` become its ``sys.path`` and the selector is resolved, so nothing of the
+    implementation, nor a module beside it named like one of the standard library's, runs
+    unconfined. How far it was confined goes down ``report_fd`` (the fork server's pipe) first."""
     faulthandler.enable()  # a segfault's traceback goes to stderr, which the judge shows
     with contextlib.suppress(PermissionError):  # already a group leader where started so
         os.setsid()  # its own process group, which the judge ends with it
@@ -336,14 +344,19 @@ def run(fd: int, paths: list[str], selector: str, scratch: str | None) -> None:
         confinement = Confinement("none", "--no-sandbox")
     else:
         try:
-            confinement = confine(Path(scratch))
+            confinement = confine(Path(scratch), paths, memory_bytes)
         except OSError as exc:
             confinement = Confinement("none", f"confining failed: {exc}")
-    serve(Connection(fd), selector, confinement)
+    if report_fd is not None:
+        os.write(report_fd, confinement.describe().encode())
+        os.close(report_fd)
+    sys.path[:] = paths  # the candidate's directory among them, now that it is confined
+    serve(Connection(fd), selector)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # threads the implementation left running must not keep its worker alive
 
 
 if __name__ == "__main__":
-    run(int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4] or None)
+    memory = int(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[5] else None
+    run(int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4] or None, memory)

@@ -331,12 +331,15 @@ def test_every_option_given_to_attnspec_run_reaches_pytest_as_parsed(tmp_path):
         *("--seed", "7", "--fail-on-should", "--timeout", "2.5", "--in-process", "--no-sandbox"),
         *("--require-sandbox", "--no-truth-cache", "--report-json", str(tmp_path / "r.json")),
         *("--report-html", str(tmp_path / "r.html")),
+        *("--impl-path", str(tmp_path), "--pass-env", "HF_*", "--worker-memory", "2GiB"),
+        *("--impl-budget", "600"),
     ]
     options = cli.build_parser().parse_args(["run", *given])
     pytest_parser = PytestParserOnArgparse()
     flags = add_to_pytest(pytest_parser)
     assert flags == [option.flag for option in OPTIONS]
-    received, _ = pytest_parser.argparse.parse_known_args(cli.pytest_arguments(options))
+    arguments = cli.pytest_arguments(options, tmp_path)
+    received, _ = pytest_parser.argparse.parse_known_args(arguments)
     for option in OPTIONS:
         value = getattr(options, option.dest)
         assert value not in (None, False), f"{option.flag} was not given in this test"

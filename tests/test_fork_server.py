@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import conformance.run.fork_server_client as fork_server_client
-from conformance.run.worker_clients import ImplementationDied, open_clients
+from conformance.run.worker_clients import ImplementationDied, WorkerSetup, open_clients
 
 INTROSPECTING = "tests.planted.introspecting:attention"
 HOW = {"forked": True, "started": False}
@@ -25,9 +25,14 @@ def how(request, monkeypatch):
     return request.param
 
 
-def worker_facts(selector: str = INTROSPECTING) -> dict:
+# The judge's variable the planted module reports, handed on as --pass-env does: a worker gets
+# no other of the judge's variables than impls.sandbox lets through.
+PASSING_THE_MARK = WorkerSetup(pass_env=("ATTNSPEC_TEST_MARK",))
+
+
+def worker_facts(selector: str = INTROSPECTING, setup: WorkerSetup = PASSING_THE_MARK) -> dict:
     """What the planted module saw of its process when its worker imported it."""
-    [client] = open_clients([selector])
+    [client] = open_clients([selector], setup=setup)
     try:
         return json.loads(client.version().split(" ", 1)[1])
     finally:
@@ -50,6 +55,13 @@ def test_a_forked_worker_sees_what_a_started_one_sees(tmp_path, monkeypatch):
     for facts in seen.values():
         del facts["numpy_draw"], facts["python_draw"]
     assert seen["forked"] == seen["started"]
+
+
+def test_a_worker_gets_no_variable_of_the_judges_it_was_not_given(monkeypatch):
+    monkeypatch.setenv("ATTNSPEC_TEST_MARK", "a secret of the judge's")
+    for how, forked in HOW.items():
+        monkeypatch.setattr(fork_server_client, "WORKERS_ARE_FORKED", forked)
+        assert worker_facts(setup=WorkerSetup())["mark"] is None, how
 
 
 def test_forked_workers_draw_their_own_random_numbers(monkeypatch):

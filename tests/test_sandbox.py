@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -139,24 +140,29 @@ def test_a_kernel_that_cannot_confine_is_said_and_refused_on_request(abi, level)
 # Loads impls/sandbox.py by its path (it needs only the standard library), so that an ordinary
 # user runs it whether or not the site-packages of this interpreter are readable to it.
 CONFINED_PROCESS = """
-import ctypes, importlib.util, os, sys
+import ctypes, importlib.util, os, resource, socket, sys
 from pathlib import Path
 spec = importlib.util.spec_from_file_location("sandbox", sys.argv[3])
 sandbox = sys.modules["sandbox"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sandbox)
-scratch, parent = Path(sys.argv[1]), os.getppid()
-print("confined", sandbox.confine(scratch).describe())
+scratch, parent, port = Path(sys.argv[1]), os.getppid(), int(sys.argv[4])
+print("confined", sandbox.confine(scratch, sys.path, 1 << 30).describe())
+print("data bound", resource.getrlimit(resource.RLIMIT_DATA)[0])
 (scratch / "written").write_text("ok")
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for what, attempt in [
     ("write outside", lambda: Path(sys.argv[2]).write_text("escaped")),
     ("list /tmp", lambda: os.listdir("/tmp")),
     ("signal the parent", lambda: os.kill(parent, 0)),
     ("read the parent's memory", lambda: open(f"/proc/{parent}/mem", "rb")),
+    ("connect to the loopback", lambda: socket.create_connection(("127.0.0.1", port), 2)),
+    ("send UDP", lambda: udp.sendto(b"secret", ("127.0.0.1", port))),
+    ("allocate past the bound", lambda: bytearray(2 << 30)),
 ]:
     try:
         attempt()
         print("ALLOWED", what)
-    except OSError:
+    except (OSError, MemoryError):
         print("refused", what)
 libc = ctypes.CDLL(None, use_errno=True)
 print("refused ptrace" if libc.ptrace(16, parent, 0, 0) != 0 else "ALLOWED ptrace")
@@ -182,15 +188,21 @@ def test_a_confined_process_can_write_only_its_scratch_as_root_and_as_an_ordinar
     scratch.mkdir()
     scratch.chmod(0o777)
     outside = shared / "outside"
-    run = subprocess.run(
-        [*command, str(scratch), str(outside), str(ROOT / "impls" / "sandbox.py")],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # what a leaked secret would reach
+        listener.settimeout(0.5)
+        port = str(listener.getsockname()[1])
+        run = subprocess.run(
+            [*command, str(scratch), str(outside), str(ROOT / "impls" / "sandbox.py"), port],
+            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        with pytest.raises(TimeoutError):
+            listener.accept()
     assert run.returncode == 0, run.stderr
     assert "confined full" in run.stdout
     assert "ALLOWED" not in run.stdout, run.stdout
-    assert run.stdout.count("refused") == 5, run.stdout
+    assert run.stdout.count("refused") == 8, run.stdout
+    assert f"data bound {1 << 30}" in run.stdout
     assert "capabilities 0000000000000000" in run.stdout
     assert (scratch / "written").read_text() == "ok"
     assert not outside.exists()

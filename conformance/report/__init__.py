@@ -3,6 +3,7 @@ reports."""
 
 from __future__ import annotations
 
+from conformance.report.header import workers_confinement
 from conformance.report.json_report import build_report, write_report
 from conformance.report.verdicts import verdict_lines
 from conformance.run.ledger import Ledger
@@ -21,6 +22,7 @@ def report_of(
         hypothesis_profile=settings.hypothesis_profile,
         exit_status=exit_status,
         reported_env=REPORTED_ENV,
+        workers=settings.workers_plain() | {"sandbox": workers_confinement(settings, selection)},
     )
 
 

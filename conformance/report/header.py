@@ -38,7 +38,9 @@ def header_lines(
             "attnspec: each implementation runs in a worker process of its own; call deadline "
             + settings.call_deadline()
         )
-    lines.append(f"attnspec: sandbox: {settings.confinement().describe()}")
+    lines.append(f"attnspec: sandbox: {workers_confinement(settings, selection)}")
+    if not settings.in_process:
+        lines.append(settings.workers_line())
     lines.append(
         "attnspec: the float64 truth is computed once per inputs and shared"
         if settings.truth_cache
@@ -56,3 +58,13 @@ def header_lines(
         "attnspec env: " + (" ".join(env) if env else "(none of " + ", ".join(REPORTED_ENV) + ")")
     )
     return lines
+
+
+def workers_confinement(settings: RunSettings, selection: list[Selected]) -> str:
+    """How far the run's workers were confined: as the fork server saw the first that was not
+    fully, else as expected (no worker started yet, or every one fully)."""
+    expected = settings.confinement().describe()
+    if settings.in_process or not expected.startswith("full"):
+        return expected
+    seen = [s.client.sandbox for s in selection if not s.client.unavailable_reason()]
+    return next((sandbox for sandbox in seen if not sandbox.startswith("full")), expected)

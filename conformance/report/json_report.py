@@ -7,6 +7,12 @@ Schema ``attnspec-report/2``::
       "exit_status": 0,                      # pytest's exit status of the run
       "environment": {"python": ..., "platform": ..., "seed": ..., "hypothesis_profile": ...,
                       "env": {NAME: value, ...}},
+      "workers": {                           # what every worker was given
+        "sandbox": "full" | "partial (...)" | "none (...)",  # as the workers were confined
+        "memory_bytes": null | n,            # their data bound (null: none)
+        "impl_budget_seconds": null | x,     # what an implementation's calls may take in all
+        "variables": [NAME or PATTERN],      # what a worker gets of the judge's environment
+        "impl_paths": [DIR]},                # first on the workers' sys.path, and only there
       "subjects": [                          # "(mathematics)" first, then each implementation
         {"name": ..., "selector": ...,       # what --impl takes to select it again (null: maths)
          "version": ..., "device": ..., "family": ..., "capabilities": ...,
@@ -37,7 +43,7 @@ Schema ``attnspec-report/2``::
     }
 
 A field is only ever added to this schema; a change in meaning bumps the version. Version 2
-added "diagnosis" and "broken".
+added "diagnosis" and "broken"; "workers" came later, within version 2.
 """
 
 from __future__ import annotations
@@ -100,6 +106,7 @@ def build_report(
     hypothesis_profile: str | None,
     exit_status: int,
     reported_env: tuple[str, ...],
+    workers: dict | None = None,
 ) -> dict:
     by_name = {s.client.name: s for s in selection}
     names = ([MATHEMATICS] if ledger.verdicts(MATHEMATICS) else []) + list(by_name)
@@ -113,6 +120,7 @@ def build_report(
             "hypothesis_profile": hypothesis_profile,
             "env": {name: os.environ[name] for name in reported_env if name in os.environ},
         },
+        "workers": workers or {},
         "subjects": [subject_entry(ledger, name, by_name.get(name)) for name in names],
     }
 

@@ -1,12 +1,15 @@
 """The judge's end of the fork-server line: how it starts an implementation's worker, forked by
 :mod:`impls.fork_server` on Linux, ``python -m impls.worker_process`` elsewhere.
 
-Both give the process the judge's environment, ``sys.path`` and current directory and nothing
-of the judge's own state; forking from the fork server spares each worker the interpreter's start
-and NumPy's import. The fork server is started once per judge process and environment (a judge
-that changes its environment gets another, so the variables a library reads at import - thread
-counts - are the ones the worker is started with). :class:`ForkedWorker` is the part of
-``subprocess.Popen`` that :class:`conformance.run.worker_clients.ProcessChannel` uses.
+Both give the process the environment the judge lets through, the ``sys.path`` it names (set only
+once the worker is confined) and the judge's current directory, and nothing of the judge's own
+state; forking from the fork server spares each worker the interpreter's start and NumPy's
+import. Both are started isolated (:func:`isolated_command`): the fork server is unconfined, and
+a ``zipfile.py`` beside a candidate kernel must not be imported there. The fork server is started
+once per judge process and environment (a judge that changes its environment gets another, so
+the variables a library reads at import - thread counts - are the ones the worker is started
+with). :class:`ForkedWorker` is the part of ``subprocess.Popen`` that
+:class:`conformance.run.worker_clients.ProcessChannel` uses.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import IO
 
 from impls.messages import (
@@ -33,6 +37,22 @@ from impls.messages import (
     dumps,
     loads,
 )
+
+SUITE_ROOT = Path(__file__).resolve().parent.parent.parent  # where spec/, impls/, conformance/ lie
+# Runs a module as ``python -m`` would, from SUITE_ROOT and the installation alone: under -I,
+# Python puts neither the current directory nor $PYTHONPATH on sys.path, nor reads any PYTHON*
+# variable.
+BOOTSTRAP = (
+    "import runpy, sys; root, module = sys.argv[1:3]; del sys.argv[1:3]; "
+    "sys.path.insert(0, root); runpy.run_module(module, run_name='__main__', alter_sys=True)"
+)
+
+
+def isolated_command(module: str, *args: str) -> list[str]:
+    """``python -m MODULE ARGS``, isolated from the current directory and the environment's
+    Python variables: nothing but the interpreter's own paths and the suite's is importable."""
+    return [sys.executable, "-I", "-c", BOOTSTRAP, str(SUITE_ROOT), module, *args]
+
 
 # macOS forks badly once system frameworks are loaded (Python's multiprocessing stopped forking
 # there for that), and Windows cannot fork.
@@ -50,7 +70,7 @@ class ForkServer:
     def __init__(self, env: dict[str, str]):
         judge_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "impls.fork_server", str(server_end.fileno())],
+            isolated_command("impls.fork_server", str(server_end.fileno())),
             pass_fds=(server_end.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -107,15 +127,16 @@ def ended(pidfd: int) -> bool:
 class ForkedWorker:
     """A worker forked by a fork server, driven as a ``subprocess.Popen``: poll, wait, kill."""
 
-    def __init__(self, fork_server: ForkServer, pid: int):
+    def __init__(self, fork_server: ForkServer, started: WorkerStarted):
         self.fork_server = fork_server
-        self.pid = pid
+        self.pid = started.pid
+        self.sandbox = started.sandbox  # as the fork server saw it, before any import
         self.returncode: int | None = None
         self.left_running = 0  # its descendants that outlived it (the fork server killed them)
         # Readable once the process has ended: whether it lives, without asking the fork server (the
         # judge asks before every call).
         try:
-            self.pidfd = os.pidfd_open(pid)
+            self.pidfd = os.pidfd_open(self.pid)
         except OSError:  # a kernel before 5.3, or a sandbox that forbids it
             self.pidfd = None
 
@@ -184,21 +205,22 @@ def start_worker(
     worker_end: socket.socket,
     output: IO[bytes],
     scratch: str | None,
+    paths: list[str],
+    memory_bytes: int | None,
 ) -> ForkedWorker | subprocess.Popen:
     """A worker serving ``selector`` on ``worker_end``, printing into ``output``, confined to
-    ``scratch`` (None: unconfined)."""
-    paths = [os.getcwd() if p == "" else p for p in sys.path]
+    ``scratch`` (None: unconfined) with at most ``memory_bytes`` of data, ``paths`` its
+    ``sys.path`` once confined."""
     if not WORKERS_ARE_FORKED:
         return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
+            isolated_command(
                 "impls.worker_process",
                 str(worker_end.fileno()),
                 json.dumps(paths),
                 selector,
                 scratch or "",
-            ],
+                str(memory_bytes or ""),
+            ),
             pass_fds=(worker_end.fileno(),),
             start_new_session=True,
             stdin=subprocess.DEVNULL,
@@ -206,12 +228,12 @@ def start_worker(
             stderr=subprocess.STDOUT,
             env=env,
         )
-    request = StartWorker(selector, tuple(paths), os.getcwd(), scratch)
+    request = StartWorker(selector, tuple(paths), os.getcwd(), scratch, memory_bytes)
     fds = (worker_end.fileno(), output.fileno())
 
     def fork() -> ForkedWorker:
         server = fork_server_for(env)
-        return ForkedWorker(server, server.ask(request, fds, timeout=0).pid)
+        return ForkedWorker(server, server.ask(request, fds, timeout=0))
 
     try:
         return fork()

@@ -14,7 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from conformance.run.selection import ENV_VAR, split_names
-from conformance.run.worker_clients import DEFAULT_CALL_TIMEOUT
+from conformance.run.worker_clients import (
+    DEFAULT_CALL_TIMEOUT,
+    DEFAULT_IMPL_BUDGET,
+    DEFAULT_WORKER_MEMORY,
+    format_bytes,
+)
 from spec.catalogue import load_catalogue
 
 DEFAULT_SEED = 20261129
@@ -46,6 +51,56 @@ def call_timeout_value(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{value:g}, but should be > 0 seconds")
     return value
+
+
+SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def memory_value(text: str) -> int:
+    """A memory bound: a size such as ``8GiB``, ``512M`` or ``4096MiB`` (binary units), or ``0``
+    for none (returned as 0)."""
+    cleaned = text.strip().lower().removesuffix("b").removesuffix("i")
+    number, unit = cleaned.rstrip("kmgt"), cleaned[len(cleaned.rstrip("kmgt")) :]
+    try:
+        value = float(number)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}, but should be a size such as 8GiB or 512MiB, or 0 for no bound"
+        ) from None
+    if unit not in SIZE_UNITS or len(unit) > 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: unit {unit!r} is not one of K, M, G, T")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}, but should be >= 0")
+    size = int(value * SIZE_UNITS[unit])
+    if 0 < size < 64 << 20:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is below 64 MiB, where a worker cannot even import NumPy; 0 is no bound"
+        )
+    return size
+
+
+def budget_value(text: str) -> float:
+    """An implementation's time budget: a positive number of seconds, or 0 for none."""
+    if text.strip() == "0":
+        return 0.0
+    return call_timeout_value(text)
+
+
+def directory_value(text: str) -> str:
+    """A directory that exists, made absolute (the judge runs elsewhere)."""
+    path = Path(text).expanduser()
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
+    return str(path.resolve())
+
+
+def variable_name_value(text: str) -> str:
+    """An environment variable's name (a shell-style pattern such as ``HF_*`` is allowed)."""
+    if not text or "=" in text or not text.replace("*", "A").replace("_", "A").isalnum():
+        raise argparse.ArgumentTypeError(
+            f"{text!r}, but should be a variable's name such as CUDA_HOME (no value)"
+        )
+    return text
 
 
 def claim_patterns_value(text: str) -> list[str]:
@@ -194,6 +249,42 @@ OPTIONS: tuple[Option, ...] = (
         "--no-sandbox, --in-process) is a usage error.",
         "it runs, and says so",
         action="store_true",
+    ),
+    Option(
+        "--impl-path",
+        "a directory where the implementation's modules are found (a kernel file, its own "
+        "packages), put first on the workers' sys.path and on nothing of the judge's; "
+        "repeatable. A selector naming a file (./mykernel.py:attention) adds its directory.",
+        "the directories of selectors that name a file",
+        metavar="DIR",
+        type=directory_value,
+        action="append",
+    ),
+    Option(
+        "--pass-env",
+        "a variable of the judge's environment a worker gets besides those it always gets (PATH, "
+        "the loader's, CUDA's, thread counts, locale; impls/sandbox.py); a pattern such as "
+        "'HF_*' names several; repeatable.",
+        "none",
+        metavar="NAME",
+        type=variable_name_value,
+        action="append",
+    ),
+    Option(
+        "--worker-memory",
+        "the data a worker may hold (RLIMIT_DATA): past it, the call fails as having exceeded "
+        "its memory bound, its worker is restarted and the run goes on; 0 for no bound.",
+        format_bytes(DEFAULT_WORKER_MEMORY),
+        metavar="SIZE",
+        type=memory_value,
+    ),
+    Option(
+        "--impl-budget",
+        "the seconds an implementation's calls may take in all, per process of the run: once "
+        "spent, its remaining tests are not checked, with that reason; 0 for no budget.",
+        f"{DEFAULT_IMPL_BUDGET:g}",
+        metavar="SECONDS",
+        type=budget_value,
     ),
     Option(
         "--no-truth-cache",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from conformance.run.worker_clients import ImplementationClient, open_clients
+from conformance.run.worker_clients import ImplementationClient, WorkerSetup, open_clients
 from impls.messages import Description
 from impls.registry import BUILTINS, RegistryError
 
@@ -55,6 +55,7 @@ def select(
     sandbox: bool = True,
     call_timeout: float | None = None,
     descriptions: dict[str, Description] | None = None,
+    setup: WorkerSetup | None = None,
 ) -> list[Selected]:
     """The selection: ``--impl`` wins, then ``$ATTNSPEC_IMPL``, then every built-in, each
     implementation behind a client of its own worker (see :mod:`conformance.run.worker_clients`).
@@ -71,6 +72,7 @@ def select(
         sandbox=sandbox,
         call_timeout=call_timeout,
         descriptions=descriptions,
+        setup=setup,
     )
     selected = [Selected(client, name) for client, name in zip(clients, names, strict=True)]
     seen: dict[str, str] = {}

@@ -12,8 +12,14 @@ import pytest
 
 from conformance.run.options import DEFAULT_SEED, SEED_VAR, seed_value
 from conformance.run.selection import ENV_VAR
-from conformance.run.worker_clients import DEFAULT_CALL_TIMEOUT
-from impls.sandbox import Confinement, expected_confinement
+from conformance.run.worker_clients import (
+    DEFAULT_CALL_TIMEOUT,
+    DEFAULT_IMPL_BUDGET,
+    DEFAULT_WORKER_MEMORY,
+    WorkerSetup,
+    format_bytes,
+)
+from impls.sandbox import WORKER_VARIABLES, Confinement, expected_confinement
 
 REPORTED_ENV = (
     ENV_VAR,
@@ -41,6 +47,7 @@ class RunSettings:
     sandbox: bool  # workers confined (impls.sandbox); not with --no-sandbox or --in-process
     require_sandbox: bool
     truth_cache: bool
+    worker_setup: WorkerSetup
     report_json: Path | None
     report_html: Path | None
     hypothesis_profile: str | None  # None: hypothesis is not installed
@@ -60,6 +67,7 @@ class RunSettings:
             sandbox=not (config.getoption("no_sandbox") or config.getoption("in_process")),
             require_sandbox=config.getoption("require_sandbox"),
             truth_cache=not config.getoption("no_truth_cache"),
+            worker_setup=worker_setup(config),
             report_json=config.getoption("report_json"),
             report_html=config.getoption("report_html"),
             hypothesis_profile=hypothesis_profile,
@@ -84,11 +92,60 @@ class RunSettings:
             return Confinement("none", "--no-sandbox")
         return expected_confinement()
 
+    def workers_plain(self) -> dict:
+        """What the workers were given, for the JSON report."""
+        setup = self.worker_setup
+        return {
+            "sandbox": self.confinement().describe(),
+            "memory_bytes": setup.memory_bytes if self.sandbox else None,
+            "impl_budget_seconds": setup.budget_seconds,
+            "variables": [*WORKER_VARIABLES, *setup.pass_env] if self.sandbox else ["(all)"],
+            "impl_paths": list(setup.impl_paths),
+        }
+
+    def workers_line(self) -> str:
+        """The report header's line on what a worker gets."""
+        setup = self.worker_setup
+        if not self.sandbox:
+            return "attnspec: workers get the judge's whole environment, no memory bound"
+        memory = format_bytes(setup.memory_bytes) if setup.memory_bytes else "no bound"
+        budget = f"{setup.budget_seconds:g} s" if setup.budget_seconds else "no budget"
+        passed = f", and {', '.join(setup.pass_env)} (--pass-env)" if setup.pass_env else ""
+        return (
+            f"attnspec: workers: data {memory}, calls {budget} per implementation, no network, "
+            f"of the environment PATH, the loader's, CUDA's, thread and locale variables{passed}"
+        )
+
     def call_deadline(self) -> str:
         """The call deadline in words, for the report header."""
         if self.call_timeout:
             return f"{self.call_timeout:g} s (--call-timeout)"
         return f"as each declares, else {DEFAULT_CALL_TIMEOUT:g} s"
+
+
+def worker_setup(config: pytest.Config) -> WorkerSetup:
+    """What the run's workers are given: --impl-path's directories and those of selectors that
+    name a file, --pass-env, --worker-memory and --impl-budget (0: none)."""
+    paths = list(config.getoption("impl_path") or ())
+    for value in config.getoption("impl") or ():
+        for selector in value.split(","):
+            file = file_of_selector(selector.strip())
+            if file is not None:
+                paths.append(str(file.parent))
+    memory = config.getoption("worker_memory")
+    budget = config.getoption("impl_budget")
+    return WorkerSetup(
+        impl_paths=tuple(dict.fromkeys(paths)),
+        pass_env=tuple(config.getoption("pass_env") or ()),
+        memory_bytes=DEFAULT_WORKER_MEMORY if memory is None else (memory or None),
+        budget_seconds=DEFAULT_IMPL_BUDGET if budget is None else (budget or None),
+    )
+
+
+def file_of_selector(selector: str) -> Path | None:
+    """The file a selector such as ``./mykernel.py:attention`` names, or None for a module's."""
+    module, _, _ = selector.partition(":")
+    return Path(module).resolve() if module.endswith(".py") else None
 
 
 def run_seed(option: int | None, environ=os.environ) -> int:

@@ -31,13 +31,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import NoReturn
 
 import numpy as np
 
-import impls
 from conformance.run.fork_server_client import ForkedWorker, start_worker
 from impls.messages import (
     ANSWERS,
@@ -56,12 +56,51 @@ from impls.messages import (
     receive,
     send,
 )
+from impls.sandbox import expected_confinement, worker_environment
 from impls.worker_process import Answer, describe, handle
 
 DEFAULT_CALL_TIMEOUT = 120.0  # seconds; an implementation may declare its own (call_timeout)
 START_TIMEOUT = 300.0  # resolving a selector may import a large library and compile
 CRASHES_BEFORE_GIVING_UP = 3
 OUTPUT_SHOWN = 4000  # characters of an implementation's output shown with a failure
+# A worker's data bound: 16x the largest call of the suite's tests (an ANDREA layer's float64
+# scores, 100 MiB, held a few times over), and a third of these 24 GiB machines.
+DEFAULT_WORKER_MEMORY = 8 << 30
+# The seconds an implementation's calls may take in one process of a run. Every built-in's whole
+# run takes under 2 minutes here (tox's torch env: 107 s for all of them together).
+DEFAULT_IMPL_BUDGET = 1800.0
+# What an allocation past the bound raises: NumPy's MemoryError, torch's allocator's RuntimeError
+ALLOCATION_FAILED = ("MemoryError", "can't allocate memory", "out of memory")
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What the judge gives each worker besides its selector: where the implementation's modules
+    are found (before the judge's own sys.path, and only in the worker, once it is confined), the
+    judge's variables it gets besides :data:`impls.sandbox.WORKER_VARIABLES`, its memory bound
+    (None: none) and how long its implementation's calls may take in all (None: no limit)."""
+
+    impl_paths: tuple[str, ...] = ()
+    pass_env: tuple[str, ...] = ()
+    memory_bytes: int | None = DEFAULT_WORKER_MEMORY
+    budget_seconds: float | None = DEFAULT_IMPL_BUDGET
+
+    def search_paths(self) -> list[str]:
+        """The worker's sys.path: the candidate's directories, ``$PYTHONPATH``'s, then the
+        judge's own (its current directory where the judge has it, as ``python -m pytest``
+        does)."""
+        pythonpath = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        judge = [os.getcwd() if entry == "" else entry for entry in sys.path]
+        paths = [os.path.abspath(p) for p in (*self.impl_paths, *pythonpath) if p] + judge
+        return list(dict.fromkeys(paths))
+
+
+def format_bytes(size: int) -> str:
+    """8589934592 -> '8 GiB'."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} bytes"
 
 
 class ImplementationRaised(Exception):
@@ -150,25 +189,35 @@ class OutputTail:
 class ProcessChannel:
     """A worker process serving one selector; started again after it dies."""
 
-    def __init__(self, selector: str, sandbox: bool = True):
+    def __init__(self, selector: str, sandbox: bool = True, setup: WorkerSetup | None = None):
         self.selector = selector
+        self.setup = setup or WorkerSetup()
         self.output = OutputTail()
         self.process: ForkedWorker | subprocess.Popen | None = None
         self.conn: Connection | None = None
         # The worker's own directory, its TMPDIR and caches: all it may write (impls.sandbox).
         self.scratch = Path(tempfile.mkdtemp(prefix="attnspec-scratch-")) if sandbox else None
         self.left_running = 0  # descendants of its workers that outlived them, and were killed
+        self.sandbox = "none (no worker started)"  # how its last worker was confined
 
     def start(self) -> None:
         judge_end, worker_end = socket.socketpair()
-        here = str(Path(impls.__file__).resolve().parent.parent)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
         scratch = str(self.scratch) if self.scratch else None
+        # A confined worker gets the variables the sandbox lets through; --no-sandbox, for
+        # debugging, the judge's whole environment.
+        env = worker_environment(os.environ, self.setup.pass_env) if scratch else dict(os.environ)
+        memory = self.setup.memory_bytes if scratch else None
+        paths = self.setup.search_paths()
         with self.output.sink() as sink:
-            self.process = start_worker(self.selector, env, worker_end, sink, scratch)
+            self.process = start_worker(
+                self.selector, env, worker_end, sink, scratch, paths, memory
+            )
         worker_end.close()
         self.conn = Connection(judge_end.detach())
+        if isinstance(self.process, ForkedWorker):
+            self.sandbox = self.process.sandbox
+        else:  # started, not forked: where there is no fork server, there is no Landlock
+            self.sandbox = expected_confinement().describe() if scratch else "none (--no-sandbox)"
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -268,10 +317,13 @@ class ImplementationClient:
         description: Description,
         channel: ProcessChannel | InProcessChannel,
         call_timeout: float | None = None,
+        budget_seconds: float | None = None,
     ):
         self.selector = selector
         self.description = description
         self.channel = channel
+        self.budget_seconds = budget_seconds
+        self.seconds_in_calls = 0.0  # what its calls (and its workers' starts) took so far
         self.name = description.name
         self.family = description.family
         self.device = description.device
@@ -298,7 +350,8 @@ class ImplementationClient:
 
     @property
     def sandbox(self) -> str:
-        """How its worker is confined, as the worker found it (impls.sandbox.Confinement)."""
+        """How its worker is confined, as the fork server saw it before the worker imported
+        anything of the implementation (impls.sandbox.Confinement)."""
         if self.in_process:
             return "none (--in-process: it runs in the judge)"
         return self.description.sandbox
@@ -386,12 +439,32 @@ class ImplementationClient:
         if self.crashed:
             raise ImplementationDied(self.crashed)
         channel: ProcessChannel = self.channel
-        if not channel.alive():
-            self.start_worker()
         started = time.monotonic()
         try:
-            answer = channel.exchange(call, ANSWERS, self.call_timeout)
+            return self.exchange(channel, call)
+        finally:
+            self.seconds_in_calls += time.monotonic() - started
+            if self.budget_seconds is not None and self.seconds_in_calls >= self.budget_seconds:
+                self.crashed = self.crashed or (
+                    f"not called again: its calls took {self.seconds_in_calls:.0f} s, its budget "
+                    f"of {self.budget_seconds:g} s (--impl-budget)"
+                )
+
+    def exchange(self, channel: ProcessChannel, call: Call) -> Answer:
+        if not channel.alive():
+            self.start_worker()
+        timeout = self.call_timeout
+        if self.budget_seconds is not None:  # no call may outlast what is left of the budget
+            timeout = min(timeout, max(self.budget_seconds - self.seconds_in_calls, 0.001))
+        started = time.monotonic()
+        try:
+            answer = channel.exchange(call, ANSWERS, timeout)
         except TimeoutError:
+            if timeout < self.call_timeout:
+                self.died(
+                    f"{self.name} was still in {call.op}() when its budget of "
+                    f"{self.budget_seconds:g} s ran out (--impl-budget; its worker was killed)"
+                )
             self.died(
                 f"{self.name} did not return from {call.op}() within {self.call_timeout:g} s: it "
                 "hangs (its worker was killed; the next call starts a fresh one)"
@@ -435,6 +508,16 @@ class ImplementationClient:
         raise ImplementationDied(cause)
 
     def unpack(self, op: str, answer: Answer):
+        memory = getattr(self.channel, "setup", WorkerSetup(memory_bytes=None)).memory_bytes
+        if isinstance(answer, Raised) and memory is not None and self.out_of_memory(answer):
+            # Its state after a failed allocation is its own affair: the next call gets a fresh
+            # worker. Not a death: the run goes on with the implementation's other tests.
+            self.channel.kill()
+            raise ImplementationDied(
+                f"{self.name} exceeded its memory bound of {format_bytes(memory)} in {op}() "
+                f"({answer.type_name}: {answer.message[:200]}); its worker was restarted "
+                "(--worker-memory)"
+            )
         if isinstance(answer, Raised):
             raise ImplementationRaised(
                 self.name, op, answer.type_name, answer.message, answer.trace
@@ -448,6 +531,11 @@ class ImplementationClient:
         if isinstance(answer, Timed):
             return list(answer.seconds)
         return answer.outputs if len(answer.outputs) > 1 else answer.outputs[0]
+
+    @staticmethod
+    def out_of_memory(answer: Raised) -> bool:
+        text = f"{answer.type_name}: {answer.message}"
+        return any(sign in text for sign in ALLOCATION_FAILED)
 
     def take_output(self) -> str:
         """What the implementation printed since the last call of this, truncated."""
@@ -480,6 +568,7 @@ def open_clients(
     sandbox: bool = True,
     call_timeout: float | None = None,
     descriptions: dict[str, Description] | None = None,
+    setup: WorkerSetup | None = None,
 ) -> list[ImplementationClient]:
     """A client per selector, each described by its own worker (started side by side; each
     stays up to serve calls, unless the implementation cannot run here). ``descriptions``, when
@@ -493,10 +582,13 @@ def open_clients(
             ImplementationClient(s, channels[s].greeting(s), channels[s], call_timeout)
             for s in selectors
         ]
-    channels = {s: ProcessChannel(s, sandbox) for s in selectors}
+    setup = setup or WorkerSetup()
+    channels = {s: ProcessChannel(s, sandbox, setup) for s in selectors}
+    budget = setup.budget_seconds
     if descriptions is not None:
         return [
-            ImplementationClient(s, descriptions[s], channels[s], call_timeout) for s in selectors
+            ImplementationClient(s, descriptions[s], channels[s], call_timeout, budget)
+            for s in selectors
         ]
     for channel in channels.values():
         channel.start()
@@ -520,7 +612,9 @@ def open_clients(
                 + (f"; it printed: {output[-1000:]}" if output else "")
             )
             continue
-        client = ImplementationClient(selector, description, channel, call_timeout)
+        # How far its worker is confined is what the fork server saw, not the worker's word.
+        description = replace(description, sandbox=channel.sandbox)
+        client = ImplementationClient(selector, description, channel, call_timeout, budget)
         if client.unavailable_reason():
             channel.close()
         clients.append(client)
