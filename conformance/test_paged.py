@@ -23,8 +23,14 @@ PAGED_CASES = {
     "prefill": Case(batch=2, heads=2, tq=6, tk=48, head_dim=16, key_lengths=(48, 20)),
     # pages of one key each: every key its own page, in random order
     "page of 1": Case(batch=2, heads=2, tq=4, tk=20, head_dim=16, key_lengths=(20, 9)),
+    # groups that are no power of two, where a paged decode kernel broke (FlashInfer #2896: 28
+    # query heads over 4): 3 and 7 query heads per key/value head
+    "groups of 3": Case(
+        batch=2, heads=6, kv_heads=2, tq=1, tk=40, head_dim=16, key_lengths=(40, 23)
+    ),
+    "groups of 7": Case(batch=1, heads=14, kv_heads=2, tq=2, tk=37, head_dim=16, key_lengths=(37,)),
 }
-PAGE_SIZES = {"decode": 16, "prefill": 16, "page of 1": 1}
+PAGE_SIZES = {"decode": 16, "prefill": 16, "page of 1": 1, "groups of 3": 16, "groups of 7": 16}
 
 
 @pytest.mark.claim("PAGED-KV")

@@ -798,16 +798,19 @@ def _pages_as_read(x: np.ndarray, call: Call, *, late: bool = False) -> np.ndarr
     return pages
 
 
-def _attend_pages(q, k, v, call: Call, *, late: bool = False, whole_pages: bool = False):
+def _attend_pages(
+    q, k, v, call: Call, *, late: bool = False, whole_pages: bool = False, kv_head_of=None
+):
     """The formula over the keys read through the pages, each item cut at its length (rounded up
-    to whole pages with ``whole_pages``, its rows aligned to that length)."""
+    to whole pages with ``whole_pages``, its rows aligned to that length), query head h reading
+    key/value head ``kv_head_of(heads, kv_heads)[h]`` (h // g by default)."""
     size = call.page_size
     lengths = call.item_key_lengths
     if whole_pages:
         lengths = tuple(-(-n // size) * size for n in lengths)
     read_k, read_v = (_pages_as_read(x, call, late=late) for x in (k, v))
     read = replace(call, tk=read_k.shape[-2], key_lengths=tuple(lengths))
-    return attend_with(q, read_k, read_v, read)
+    return attend_with(q, read_k, read_v, read, kv_head_of=kv_head_of)
 
 
 @mistake(
@@ -831,6 +834,26 @@ def _page_late(q, k, v, call):
 )
 def _last_page_whole(q, k, v, call):
     return _attend_pages(q, k, v, call, whole_pages=True)
+
+
+def _group_rounded_down(heads: int, kv_heads: int) -> np.ndarray:
+    """h // g' with g' the group size rounded down to a power of two, within the heads."""
+    group = heads // kv_heads
+    rounded = 1 << (group.bit_length() - 1)
+    return np.minimum(np.arange(heads) // rounded, kv_heads - 1)
+
+
+@mistake(
+    "paged-group-rounded-down",
+    "on the paged path, query head h read key/value head h // g' with g' the group size rounded "
+    "down to a power of two: right for groups of 1, 2, 4 and 8, wrong for 3 or 7",
+    "a paged (tensor-core) decode kernel whose head packing assumes a power-of-two group "
+    "(FlashInfer #2896: 28 query heads over 4)",
+    lambda call: _paged(call) and (call.heads // call.kv_heads) & (call.heads // call.kv_heads - 1),
+    per_sequence=False,
+)
+def _paged_group_rounded(q, k, v, call):
+    return _attend_pages(q, k, v, call, kv_head_of=_group_rounded_down)
 
 
 @mistake(

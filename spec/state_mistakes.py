@@ -135,14 +135,21 @@ def _lse_unscaled(call: LseCall) -> np.ndarray:
 
 
 def merge_with(
-    call: MergeCall, *, base: str | None = None, subtract_max: bool = True, skip_empty: bool = True
+    call: MergeCall,
+    *,
+    base: str | None = None,
+    subtract_max: bool = True,
+    skip_empty: bool = True,
+    guard_unseen_rows: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """spec.formula.merge_states in float64 with one step switched: the exponential of ``base``
-    (the call's by default), the largest lse subtracted first, parts that saw no key skipped."""
+    (the call's by default), the largest lse subtracted first, parts that saw no key skipped, a
+    row no part saw (its largest lse -inf) kept from -inf - (-inf)."""
     base = base or call.base
     outputs, lses = np.asarray(call.outputs, np.float64), np.asarray(call.lses, np.float64)
     top = lses.max(axis=0) if subtract_max else np.zeros(lses.shape[1:])
-    top = np.where(np.isneginf(top), 0.0, top)
+    if guard_unseen_rows:
+        top = np.where(np.isneginf(top), 0.0, top)
     with np.errstate(all="ignore"):
         weights = np.exp2(lses - top) if base == "2" else np.exp(lses - top)  # (P, B, H, Tq)
         parts = weights[..., None] * outputs
@@ -185,6 +192,18 @@ def _merge_no_max(call: MergeCall):
 )
 def _merge_empty_part(call: MergeCall):
     return merge_with(call, skip_empty=False)
+
+
+@state_mistake(
+    "merge-unseen-row-nan",
+    "a row that no part saw (every lse -inf) merged as NaN: its largest lse is -inf, and "
+    "-inf - (-inf) is NaN",
+    "the largest lse subtracted unguarded; right wherever one part saw a key (FlashInfer #4975)",
+    "merge",
+    lambda call: bool(np.isneginf(np.asarray(call.lses)).all(axis=0).any()),
+)
+def _merge_unseen_row(call: MergeCall):
+    return merge_with(call, guard_unseen_rows=False)
 
 
 def find_state_mistake(name: str) -> StateMistake:

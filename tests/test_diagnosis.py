@@ -59,6 +59,8 @@ CASES = [
     ((1, 2, 2, 40, 40, 16, 16), {"chunk": 16}, None),
     # a paged cache: items of 40 and 21 keys in pages of 8, the second's last page part full
     ((2, 2, 2, 5, 40, 16, 16), {"key_lengths": (40, 21), "page_size": 8}, None),
+    # and groups of 3 query heads over each key/value head
+    ((2, 6, 2, 1, 40, 16, 16), {"key_lengths": (40, 21), "page_size": 8, "enable_gqa": True}, None),
 ]
 
 
@@ -161,6 +163,7 @@ def test_each_mutant_with_a_state_mistake_is_that_mistakes_variant(name):
         outputs = rng.standard_normal((3, 2, 3, 5, 8))  # (P, B, H, Tq, Dv)
         lses = 1000.0 + 3.0 * rng.standard_normal((3, 2, 3, 5))  # (P, B, H, Tq)
         outputs[1], lses[1] = np.nan, -np.inf  # a part that saw no key
+        outputs[:, 0, :, -1], lses[:, 0, :, -1] = np.nan, -np.inf  # rows that no part saw
         call = MergeCall(outputs, lses, base)
         with np.errstate(all="ignore"):
             got = member.fn.merge_states(outputs, lses)

@@ -78,12 +78,41 @@ def pool_in_row_max(
     return (out + 0 * pool_max).astype(q.dtype)  # the maximum's NaN reaches the row
 
 
+@mutant("paged caches", "PAGED-KV", mistake="paged-group-rounded-down")
+def paged_groups_rounded_to_a_power_of_two(
+    q, k, v, *, causal=True, scale=None, block_table=None, key_lengths=None, page_size=None,
+    enable_gqa=False,
+):  # fmt: skip
+    """Right on its dense path; on its paged path, maps query head h to key/value head h // g'
+    with g' the group size rounded down to a power of two, as a tensor-core decode kernel whose
+    head packing assumes one (FlashInfer #2896, 28 query heads over 4): right for groups of 1, 2,
+    4 and 8, so that a paged test with such groups alone passes it."""
+    if block_table is None:
+        return attend_pages(
+            q, k, v, causal=causal, scale=scale, block_table=None, key_lengths=key_lengths
+        )
+    dense_k, dense_v = (gathered_pages(x, block_table, key_lengths) for x in (k, v))
+    return attend_extended(
+        q, dense_k, dense_v, causal=causal, scale=scale, key_lengths=key_lengths,
+        kv_head_of=group_rounded_down,
+    )  # fmt: skip
+
+
+def group_rounded_down(heads: int, kv_heads: int) -> np.ndarray:
+    """h // g' with g' the group size rounded down to a power of two, within the heads."""
+    group = heads // kv_heads
+    rounded = 1 << (group.bit_length() - 1)
+    return np.minimum(np.arange(heads) // rounded, kv_heads - 1)
+
+
 @correct_variant
 def pages_gathered_first(
-    q, k, v, *, causal=True, scale=None, block_table=None, key_lengths=None, page_size=None
-):
+    q, k, v, *, causal=True, scale=None, block_table=None, key_lengths=None, page_size=None,
+    enable_gqa=False,
+):  # fmt: skip
     """Gathers each item's pages into a dense cache cut at its length, then attends: what a
-    serving engine does before calling a dense kernel."""
+    serving engine does before calling a dense kernel. Any group of query heads over a key/value
+    head, 3 and 7 among them."""
     return attend_pages(
         q, k, v, causal=causal, scale=scale, block_table=block_table, key_lengths=key_lengths
     )
@@ -115,6 +144,7 @@ def pages_streamed_one_by_one(
     return np.concatenate(items).astype(q.dtype)
 
 
-# An item with no key: both compute it as the formula does, 0 / 0 (EMPTY-KV), and say so.
+# An item with no key: these compute it as the formula does, 0 / 0 (EMPTY-KV), and say so.
 pages_gathered_first.empty_rows = "nan"
 pages_streamed_one_by_one.empty_rows = "nan"
+paged_groups_rounded_to_a_power_of_two.empty_rows = "nan"

@@ -42,12 +42,13 @@ def attend_in_base_2(q, k, v, *, causal, scale, return_lse):
     return out[0], (out[1] / math.log(2)).astype(q.dtype)
 
 
-def merged(outputs, lses, *, exp=np.exp, subtract_max=True, skip_empty=True):
+def merged(outputs, lses, *, exp=np.exp, subtract_max=True, skip_empty=True, guard_unseen=True):
     """The merge of states (P, B, H, Tq, Dv) and (P, B, H, Tq), in their dtype, each step a
     switch: ``exp`` the base's exponential, the largest lse subtracted first, parts that saw no
-    key (-inf) skipped."""
+    key (-inf) skipped, a row no part saw kept from -inf - (-inf)."""
     top = lses.max(axis=0) if subtract_max else np.zeros(lses.shape[1:], lses.dtype)
-    top = np.where(np.isneginf(top), lses.dtype.type(0), top)
+    if guard_unseen:
+        top = np.where(np.isneginf(top), lses.dtype.type(0), top)
     weights = exp(lses - top)  # (P, B, H, Tq)
     parts = weights[..., None] * outputs
     if skip_empty:
@@ -143,6 +144,17 @@ def merge_empty_part_into_nan(q, k, v, *, causal=True, scale=None, return_lse=Fa
 
 
 merge_empty_part_into_nan.merge_states = lambda o, lse: merged(o, lse, skip_empty=False)
+
+
+@mutant("partial states", "LSE-MERGE", mistake="merge-unseen-row-nan")
+def merge_unseen_rows_into_nan(q, k, v, *, causal=True, scale=None, return_lse=False):
+    """Skips an empty part as it should, but subtracts the largest lse unguarded: a row that no
+    part saw (every lse -inf) becomes NaN, -inf - (-inf), where the contract says 0 with lse -inf
+    (FlashInfer #4975). Right wherever one part saw a key."""
+    return attend_with_lse(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
+
+
+merge_unseen_rows_into_nan.merge_states = lambda o, lse: merged(o, lse, guard_unseen=False)
 
 
 @mutant("partial states", "LSE-MERGE", mistake="merge-other-base")
