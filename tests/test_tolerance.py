@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -10,11 +12,20 @@ from conformance.judge.tolerance import (
     GRADIENT_BUDGETS,
     compare,
     compare_gradients,
+    compare_merged,
     max_error,
 )
 from conformance.survey import gradient_inputs
-from spec.dtypes import DTYPES, UNIT_ROUNDOFF, round_to
-from spec.formula import naive_baseline, naive_baseline_vjp, reference_attention, reference_vjp
+from spec.dtypes import DTYPES, UNIT_ROUNDOFF, numpy_storage, round_to
+from spec.formula import (
+    accumulation_dtype,
+    merge_states,
+    naive_baseline,
+    naive_baseline_vjp,
+    reference_attention,
+    reference_vjp,
+)
+from tests.zoo.states import merge_in_the_natural_base
 
 
 @pytest.mark.parametrize("budgets", [BUDGETS, GRADIENT_BUDGETS], ids=["outputs", "gradients"])
@@ -114,3 +125,30 @@ def test_oracle_gradients_match_finite_differences(causal):
             minus = np.sum(reference_attention(*bumped, causal=causal, scale=0.7) * grad_out)
             numeric[index] = (plus - minus) / (2 * step)
         np.testing.assert_allclose(analytic[which], numeric, atol=1e-8, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_merge_converting_bases_conforms_and_one_16_ulps_worse_does_not(dtype):
+    """LSE-MERGE's floor carries (1 + max|lse|): a correct base-2 merge that converts its lses to
+    the natural base first rounds each by its magnitude, and stays well within it; a merge whose
+    lses are off by 16 of their own ulps does not."""
+    rng = np.random.default_rng(0)
+    outputs = round_to(rng.standard_normal((3, 2, 4, 5, 16)), dtype).astype(numpy_storage(dtype))
+    natural_lses = 1000.0 + 3.0 * rng.standard_normal((3, 2, 4, 5))
+    lses = round_to(natural_lses / math.log(2), dtype).astype(numpy_storage(dtype))  # base 2
+    truth, _ = merge_states(outputs, lses, "2")
+    naive, _ = merge_states(outputs, lses, "2", accumulation_dtype(dtype))
+    u = UNIT_ROUNDOFF[dtype]
+    worse_lses = lses + 16 * u * np.abs(lses) * rng.choice([-1.0, 1.0], size=lses.shape)
+    judged = {
+        "converting": merge_in_the_natural_base(outputs, lses)[0],
+        "16 ulps worse": merge_states(outputs, worse_lses, "2", accumulation_dtype(dtype))[0],
+    }
+    fractions = {
+        name: compare_merged(
+            out, truth, naive, outputs=outputs, natural_lses=lses * math.log(2), dtype=dtype
+        ).budget_fraction
+        for name, out in judged.items()
+    }
+    assert fractions["converting"] < 0.25, fractions
+    assert fractions["16 ulps worse"] > 1.0, fractions

@@ -220,6 +220,47 @@ def compare(
     )
 
 
+# A shipped merge weighs part i by exp(lse_i - L). An lse rounded by its own magnitude, as a
+# conversion between bases rounds it (ln 2 times a base-2 lse), moves that weight by u|lse|: the
+# merge's condition in its lses is max|lse|, as the softmax's in its scores is max|s|. Its floor
+# is therefore 4u (1 + max|lse|) of the outputs' magnitude, in every dtype (docs/tolerance.md):
+# a correct merge that converts bases first sits at 0.04 of it, one whose lses are 16 ulps
+# worse at about 2 (tests/test_tolerance.py).
+MERGE_FLOOR_U = 4.0
+
+
+def compare_merged(
+    actual: np.ndarray,
+    truth: np.ndarray,
+    baseline: np.ndarray,
+    *,
+    outputs: np.ndarray,
+    natural_lses: np.ndarray,
+    dtype: str,
+) -> Comparison:
+    """Judge a shipped merge's output against the merge of the float64 formula, ``baseline`` the
+    same merge in the dtype's accumulation; ``outputs`` and ``natural_lses`` the parts merged
+    (their lses in the natural base), which size the floor."""
+    finite = np.isfinite(outputs)
+    budget = budget_for(dtype)
+    merge_budget = Budget(
+        dtype,
+        baseline_factor=budget.baseline_factor,
+        floor_u=MERGE_FLOOR_U,
+        floor_scales_with_scores=True,
+        reason=f"{budget.reason} A merge's floor carries (1 + max|lse|): see MERGE_FLOOR_U.",
+    )
+    return compare(
+        actual,
+        truth,
+        baseline,
+        dtype=dtype,
+        magnitude=float(np.abs(outputs[finite]).max()) if finite.any() else 0.0,
+        max_score=largest_finite(natural_lses),
+        budgets={dtype: merge_budget},
+    )
+
+
 def compare_lse(actual: np.ndarray, truth: np.ndarray, naive: np.ndarray, *, dtype: str):
     """Judge a returned log-sum-exp (in the natural base) against the oracle's. A kernel keeps it
     in its accumulation dtype whatever its inputs' (FlashAttention's softmax_lse is float32 for

@@ -179,6 +179,25 @@ lse_in_base_2_throughout.lse_base = "2"
 lse_in_base_2_throughout.merge_states = lambda o, lse: merged(o, lse, exp=np.exp2)
 
 
+def merge_in_the_natural_base(outputs, lses):
+    """A base-2 merge that converts its lses to the natural base first (lse * ln 2) and merges
+    there, converting back at the end, as a kernel whose softmax runs in base 2 and whose merge
+    is written with exp does: each conversion rounds by the lse's magnitude, about |lse| u."""
+    natural_out, natural_lse = merged(outputs, lses * lses.dtype.type(math.log(2)))
+    return natural_out, natural_lse / natural_lse.dtype.type(math.log(2))
+
+
+@correct_variant
+def merge_converting_bases(q, k, v, *, causal=True, scale=None, return_lse=False):
+    """Keeps its log-sum-exp in base 2, as FlashAttention's kernels do (scores times log2 e),
+    and merges in the natural base: right, to within the rounding of the conversion."""
+    return attend_in_base_2(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
+
+
+merge_converting_bases.lse_base = "2"
+merge_converting_bases.merge_states = merge_in_the_natural_base
+
+
 def merge_pairwise(outputs, lses):
     """Merges the states two at a time, left to right: the merge is associative."""
     out, lse = outputs[0], lses[0]
