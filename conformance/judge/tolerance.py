@@ -225,7 +225,7 @@ def compare(
 # merge's condition in its lses is max|lse|, as the softmax's in its scores is max|s|. Its floor
 # is therefore 4u (1 + max|lse|) of the outputs' magnitude, in every dtype (docs/tolerance.md):
 # a correct merge that converts bases first sits at 0.04 of it, one whose lses are 16 ulps
-# worse at about 2 (tests/test_tolerance.py).
+# worse at 2.06 (tests/test_tolerance.py's inputs).
 MERGE_FLOOR_U = 4.0
 
 
