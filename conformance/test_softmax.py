@@ -145,3 +145,31 @@ def test_large_scores_stay_finite_and_correct(subject, dtype, target):
     if nonfinite:
         what += f", {nonfinite} of its elements non-finite"
     assert_matches_oracle(subject, case, out, q, k, v, what=what)
+
+
+# Where every visible score of a row lies: beyond FlashInfer's finite sentinel of -5e4 by far
+# more than exp() spans (104 in float32), and in float64 beyond anything a sentinel could be.
+# Powers of two over sqrt(D) = 4, so that the planted part of each score is exact.
+FAR_BELOW = {"float64": 2.0**20, "float32": 2.0**16}
+
+
+@pytest.mark.claim("SOFTMAX-STABLE")
+def test_rows_whose_every_score_lies_far_below_zero(subject, dtype):
+    """Every score of every row near -65536 (float32) or -1e6 (float64), the differences between
+    them of order one: the softmax ignores the common shift. A kernel whose running maximum
+    starts at a finite sentinel instead of -inf sees every exponential underflow and returns 0
+    (FlashInfer #4450: paged decode, all logits below -5e4)."""
+    if dtype not in FAR_BELOW:
+        pytest.skip(f"scores of -65536 times sqrt(D) overflow {dtype} before any scaling")
+    case = subject.fit(Case(batch=1, heads=2, tq=24, head_dim=16, dtype=dtype))
+    q, k, v = subject.inputs(case)
+    # Component 0 of every query is 1 and of every key -S sqrt(D): each score is -S plus the
+    # rest's q . k / sqrt(D), of order one.
+    q, k = q.copy(), k.copy()
+    q[..., 0] = 1.0
+    k[..., 0] = -FAR_BELOW[dtype] * np.sqrt(case.head_dim)
+    out = subject.call(case, q, k, v)
+    largest = float(reference_scores(q, k).max())
+    assert_matches_oracle(
+        subject, case, out, q, k, v, what=f"out with every score at most {largest:.6g}"
+    )

@@ -489,6 +489,28 @@ def _clamped(q, k, v, call):
     return attend_with(q, k, v, call, weights_of=weights)
 
 
+# FlashInfer's initial running maximum, where its paged decode kernel once started instead of -inf
+SENTINEL_MAX = -5e4
+
+
+@mistake(
+    "row-max-from-a-sentinel",
+    f"the row maximum taken as at least {SENTINEL_MAX:g}, where a running maximum started: a row "
+    "whose every score lies far below it underflows to 0",
+    "a running maximum initialised to a finite sentinel instead of -inf (FlashInfer #4450)",
+    lambda call: True,
+)
+def _sentinel_max(q, k, v, call):
+    def weights(scores, visible):
+        scores = _in_accumulation(call, np.where(visible, scores, -np.inf))
+        top = np.maximum(scores.max(-1, keepdims=True), scores.dtype.type(SENTINEL_MAX))
+        exps = np.exp(scores - top)
+        total = exps.sum(-1, keepdims=True)
+        return np.where(total > 0, exps / np.where(total > 0, total, 1), 0)
+
+    return attend_with(q, k, v, call, weights_of=weights)
+
+
 @mistake(
     "softmax-over-squeezed-axes",
     "the scores squeezed before the softmax: with one key, it runs over queries or heads",

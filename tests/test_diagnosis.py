@@ -49,6 +49,7 @@ CASES = [
     ((1, 2, 2, 4, 4, 8, 8), {"scale": 0.3}, None),
     ((1, 2, 2, 8, 8, 8, 8), {}, "large scores"),
     ((1, 2, 2, 40, 40, 16, 16), {}, "huge future"),
+    ((1, 2, 2, 8, 8, 16, 16), {}, "far below zero"),
     ((1, 2, 2, 9, 9, 8, 8), {"causal": False}, None),
     # the score modifiers, each where its mistakes show: scores above the cap, decoding with a
     # cache for ALiBi's and the chunks' alignment, sinks comparable to the scores
@@ -73,6 +74,8 @@ def inputs(shape, treatment, rng):
         q, k = 30 * q, 30 * k
     elif treatment == "huge future":
         k = planted_future(k, 1e4)  # scores of +-1e4 where q's sum is positive or negative
+    elif treatment == "far below zero":  # every score near -2^20, as SOFTMAX-STABLE plants them
+        q[..., 0], k[..., 0] = 1.0, -(2.0**20) * np.sqrt(d)
     return q, k, v
 
 

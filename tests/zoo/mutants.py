@@ -173,6 +173,21 @@ def clamps_scores_instead_of_subtracting_max(q, k, v, *, causal=True, scale=None
     return ((weights / weights.sum(axis=-1, keepdims=True)) @ v).astype(q.dtype)
 
 
+@mutant("softmax", "SOFTMAX-STABLE", hidden_at_easy_shape=True, mistake="row-max-from-a-sentinel")
+def running_max_from_a_sentinel(q, k, v, *, causal=True, scale=None):
+    """Starts each row's running maximum at -5e4 instead of -inf, as FlashInfer's paged decode
+    kernel once did, and writes 0 where the sum of exponentials is 0: a row whose every score
+    lies far below -5e4 underflows whole and comes out 0 (FlashInfer #4450). Right for every
+    row with one score above the sentinel, so for every case but those."""
+    scores = masked(scores_of(q, k, scale), causal)
+    top = np.maximum(scores.max(axis=-1, keepdims=True), scores.dtype.type(-5e4))
+    weights = np.exp(scores - top)
+    total = weights.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        normalised = np.where(total > 0, weights / total, 0)
+    return (normalised @ v).astype(q.dtype)
+
+
 @mutant("softmax", "SOFTMAX-ROWSUM", mistake="softmax-over-queries")
 def softmax_over_queries(q, k, v, *, causal=True, scale=None):
     """Normalises over axis -2 (the queries) instead of -1 (the keys): a transposed-layout
