@@ -38,7 +38,7 @@ from conformance.run.options import add_to_command, pytest_arguments_of
 from conformance.run.profiles import DEFAULT_PROFILE, PROFILES
 from conformance.run.selection import split_names_or_fail
 from conformance.run.settings import file_of_selector
-from conformance.run.worker_clients import WorkerSetup, open_clients
+from conformance.run.worker_clients import WorkerSetup, open_clients, pythonpath_directories
 from impls.messages import Description
 from impls.registry import BUILTINS, ECOSYSTEM, RegistryError, entry_point_names, resolve
 from impls.templates import TEMPLATES_DIR
@@ -109,8 +109,8 @@ def description_of(name: str) -> Description:
         return describe(resolve(name))
     selector = absolute_selector(name)
     file = file_of_selector(selector)
-    pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    paths = [*([str(file.parent)] if file else []), os.getcwd(), *pythonpath]
+    # $PYTHONPATH's directories too, which every worker's search path holds
+    paths = [*([str(file.parent)] if file else []), os.getcwd()]
     (client,) = open_clients([selector], setup=WorkerSetup(impl_paths=tuple(paths)))
     client.close()
     return client.description
@@ -152,17 +152,15 @@ def as_judged_elsewhere(options: argparse.Namespace) -> None:
     for name in ("report_json", "report_html", "junitxml"):
         if getattr(options, name) is not None:
             setattr(options, name, Path(getattr(options, name)).resolve())
-    pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    searched = [os.getcwd(), *(os.path.abspath(p) for p in pythonpath)]
+    searched = [os.getcwd(), *pythonpath_directories()]
     options.impl_path = list(dict.fromkeys([*(options.impl_path or ()), *searched]))
 
 
 def absolute_selector(selector: str) -> str:
     """``./mykernel.py:attention`` with its file's path made absolute; others as they are."""
-    module, colon, attribute = selector.strip().partition(":")
-    if module.endswith(".py"):
-        return f"{Path(module).resolve()}{colon}{attribute}"
-    return selector.strip()
+    selector = selector.strip()
+    file = file_of_selector(selector)
+    return selector if file is None else f"{file}:{selector.partition(':')[2]}"
 
 
 def judge_environment() -> dict[str, str]:

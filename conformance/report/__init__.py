@@ -22,7 +22,7 @@ def report_of(
         hypothesis_profile=settings.hypothesis_profile,
         exit_status=exit_status,
         reported_env=REPORTED_ENV,
-        workers=settings.workers_plain() | {"sandbox": workers_confinement(settings, selection)},
+        workers={"sandbox": workers_confinement(settings, selection), **settings.workers_plain()},
     )
 
 

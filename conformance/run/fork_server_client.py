@@ -24,7 +24,6 @@ import socket
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from typing import IO
 
 from impls.messages import (
@@ -37,8 +36,8 @@ from impls.messages import (
     dumps,
     loads,
 )
+from impls.sandbox import SUITE_ROOT
 
-SUITE_ROOT = Path(__file__).resolve().parent.parent.parent  # where spec/, impls/, conformance/ lie
 # Runs a module as ``python -m`` would, from SUITE_ROOT and the installation alone: under -I,
 # Python puts neither the current directory nor $PYTHONPATH on sys.path, nor reads any PYTHON*
 # variable.

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-SUITE_ROOT = Path(__file__).resolve().parent.parent.parent
+from impls.sandbox import SUITE_ROOT
 
 
 def trusted_roots() -> list[Path]:

@@ -93,10 +93,10 @@ class RunSettings:
         return expected_confinement()
 
     def workers_plain(self) -> dict:
-        """What the workers were given, for the JSON report."""
+        """What the workers were given, for the JSON report (how far they were confined is the
+        report's to add: it knows what the fork servers saw)."""
         setup = self.worker_setup
         return {
-            "sandbox": self.confinement().describe(),
             "memory_bytes": setup.memory_bytes if self.sandbox else None,
             "impl_budget_seconds": setup.budget_seconds,
             "variables": [*WORKER_VARIABLES, *setup.pass_env] if self.sandbox else ["(all)"],

@@ -89,10 +89,15 @@ class WorkerSetup:
         """The worker's sys.path: the candidate's directories, ``$PYTHONPATH``'s, then the
         judge's own (its current directory where the judge has it, as ``python -m pytest``
         does)."""
-        pythonpath = os.environ.get("PYTHONPATH", "").split(os.pathsep)
         judge = [os.getcwd() if entry == "" else entry for entry in sys.path]
-        paths = [os.path.abspath(p) for p in (*self.impl_paths, *pythonpath) if p] + judge
-        return list(dict.fromkeys(paths))
+        paths = [os.path.abspath(p) for p in (*self.impl_paths, *pythonpath_directories())]
+        return list(dict.fromkeys(paths + judge))
+
+
+def pythonpath_directories() -> list[str]:
+    """The directories ``$PYTHONPATH`` names, made absolute."""
+    entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    return [os.path.abspath(entry) for entry in entries if entry]
 
 
 def format_bytes(size: int) -> str:
