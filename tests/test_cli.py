@@ -350,3 +350,13 @@ def test_options_help_names_each_default():
     for option in OPTIONS:
         assert "Default: " in option.help, option.flag
         assert option.help.endswith("."), option.flag
+
+
+def test_a_zero_budget_and_memory_bound_reach_pytest_as_none(tmp_path):
+    """0 switches --impl-budget and --worker-memory off; attnspec run hands them on as parsed
+    (0.0 and 0), which pytest's parser must take too."""
+    options = cli.build_parser().parse_args(["run", "--impl-budget", "0", "--worker-memory", "0"])
+    pytest_parser = PytestParserOnArgparse()
+    add_to_pytest(pytest_parser)
+    received, _ = pytest_parser.argparse.parse_known_args(cli.pytest_arguments(options, tmp_path))
+    assert (received.impl_budget, received.worker_memory) == (0.0, 0)

@@ -81,8 +81,11 @@ def memory_value(text: str) -> int:
 
 def budget_value(text: str) -> float:
     """An implementation's time budget: a positive number of seconds, or 0 for none."""
-    if text.strip() == "0":
-        return 0.0
+    try:
+        if float(text) == 0:  # as given, or as attnspec run hands it on ("0.0")
+            return 0.0
+    except ValueError:
+        pass  # the deadline's parser names the problem
     return call_timeout_value(text)
 
 
