@@ -44,6 +44,7 @@ from impls.registry import BUILTINS, ECOSYSTEM, RegistryError, entry_point_names
 from impls.templates import TEMPLATES_DIR
 from impls.worker_process import describe
 from spec.catalogue import load_catalogue
+from spec.regimes import regimes_of_claim
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
 USAGE_ERROR = 2
@@ -252,6 +253,12 @@ def command_explain(options: argparse.Namespace) -> int:
     print(f"  tests ({len(tests)}):")
     for test in tests:
         print(f"    {test}")
+    regimes = regimes_of_claim(claim.id)
+    if regimes:
+        # tests/test_regimes.py holds every one to a test of this claim that draws it
+        print(f"  regimes its tests draw ({len(regimes)}; docs/regimes.md):")
+        for regime in regimes:
+            print(f"    {regime.id}: {regime.what}")
     print(f"  run them: attnspec run --claims {claim.id}")
     return 0
 

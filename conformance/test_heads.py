@@ -9,13 +9,18 @@ from conformance.judge.assertions import assert_matches_oracle
 from conformance.judge.harness import Case, Subject
 from conformance.judge.truth import oracle_attention
 
-# Shapes where query head h's key/value head h // g differs from h % Hkv, the usual slip.
+# Shapes where query head h's key/value head h // g differs from h % Hkv, the usual slip; groups
+# of 3 and 7, which a kernel that shifts by log2(g) gets wrong (spec/regimes.py), of 8, a whole
+# tile of query heads, and of 1, where grouped attention is plain multi-head attention.
 GROUPED_CASES = [
     Case(batch=2, heads=6, kv_heads=2, tq=33, head_dim=16),
     Case(batch=1, heads=8, kv_heads=4, tq=5, tk=40, head_dim=32),
     Case(batch=1, heads=4, kv_heads=2, tq=1, tk=57, head_dim=16),
+    Case(batch=1, heads=14, kv_heads=2, tq=9, tk=20, head_dim=16),
+    Case(batch=1, heads=16, kv_heads=2, tq=1, tk=45, head_dim=16),
+    Case(batch=1, heads=3, kv_heads=3, tq=17, head_dim=16),
 ]
-GROUPED_IDS = ["g3-square", "g2-Tq<Tk", "g2-decode"]
+GROUPED_IDS = ["g3-square", "g2-Tq<Tk", "g2-decode", "g7-Tq<Tk", "g8-decode", "g1"]
 MULTI_QUERY_CASES = [
     Case(batch=2, heads=4, kv_heads=1, tq=31, head_dim=16),
     Case(batch=1, heads=12, kv_heads=1, tq=1, tk=70, head_dim=64),

@@ -157,12 +157,14 @@ def test_parts_over_split_keys_merge_into_the_whole(subject, dtype, split):
 
 def states(case: Case, rng: np.random.Generator, parts: int = 3):
     """Partial states to merge, exact in the case's dtype: outputs (P, B, H, Tq, Dv) and lses
-    (P, B, H, Tq) near 1000, where exp overflows even in float64 unless the largest is
-    subtracted first; part 1 saw no key (lse -inf) and holds NaN, as an empty split may; and in
-    the last row of item 0 no part saw a key (a merge then owes 0 with lse -inf, where an
-    unguarded -inf - (-inf) gives NaN: FlashInfer #4975)."""
+    (P, B, H, Tq) near 1000 (item 0) and -1000 (the others), where exp overflows or underflows
+    even in float64 unless the largest is subtracted first; part 1 saw no key (lse -inf) and
+    holds NaN, as an empty split may; and in the last row of item 0 no part saw a key (a merge
+    then owes 0 with lse -inf, where an unguarded -inf - (-inf) gives NaN: FlashInfer #4975)."""
     outputs = round_to(rng.standard_normal((parts, *case.out_shape)), case.dtype)
-    lses = round_to(1000.0 + 3.0 * rng.standard_normal((parts, *case.q_shape[:-1])), case.dtype)
+    lses = 1000.0 + 3.0 * rng.standard_normal((parts, *case.q_shape[:-1]))  # (P, B, H, Tq)
+    lses[:, 1:] -= 2000.0
+    lses = round_to(lses, case.dtype)
     outputs[1], lses[1] = np.nan, -np.inf
     outputs[:, 0, :, -1], lses[:, 0, :, -1] = np.nan, -np.inf
     return outputs, lses

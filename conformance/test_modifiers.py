@@ -53,6 +53,17 @@ def test_sink_logits_join_each_denominator_alone(subject, dtype, shape):
     check_formula(subject, dtype, SHAPES[shape].with_(sinks=SINKS))
 
 
+# A sink far above its head's scores takes nearly all of each row's weight (the running maximum
+# must start from it, or exp overflows); one far below vanishes beside them.
+FAR_SINKS = (40.0, -40.0, 0.5, -np.inf)
+
+
+@pytest.mark.claim("SINK-LOGIT")
+@pytest.mark.parametrize("shape", ["prefill", "decode"])
+def test_sinks_far_above_and_below_the_scores(subject, dtype, shape):
+    check_formula(subject, dtype, SHAPES[shape].with_(sinks=FAR_SINKS))
+
+
 CHUNK_CASES = {
     # chunk boundaries at 32 and 64 inside the sequence, the last chunk partial
     "prefill": Case(batch=2, heads=HEADS, tq=100, head_dim=16, chunk=32),
@@ -77,6 +88,10 @@ def test_queries_see_their_own_chunk_only(subject, dtype, shape):
 COMBINED = {
     "softcap+alibi+sinks gqa window": Case(
         batch=2, heads=HEADS, kv_heads=2, tq=70, head_dim=16, window=24,
+        softcap=2.0, alibi_slopes=SLOPES, sinks=SINKS,
+    ),
+    "softcap+alibi+sinks gqa key_lengths": Case(
+        batch=2, heads=HEADS, kv_heads=2, tq=5, tk=60, head_dim=16, key_lengths=(60, 23),
         softcap=2.0, alibi_slopes=SLOPES, sinks=SINKS,
     ),
     "chunk+softcap+sinks key_lengths": Case(

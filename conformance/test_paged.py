@@ -29,8 +29,13 @@ PAGED_CASES = {
         batch=2, heads=6, kv_heads=2, tq=1, tk=40, head_dim=16, key_lengths=(40, 23)
     ),
     "groups of 7": Case(batch=1, heads=14, kv_heads=2, tq=2, tk=37, head_dim=16, key_lengths=(37,)),
+    # lengths one short of a page boundary and one past one (a last page of a single key)
+    "page edges": Case(batch=3, heads=2, tq=3, tk=33, head_dim=16, key_lengths=(15, 33, 31)),
 }
-PAGE_SIZES = {"decode": 16, "prefill": 16, "page of 1": 1, "groups of 3": 16, "groups of 7": 16}
+PAGE_SIZES = {
+    "decode": 16, "prefill": 16, "page of 1": 1, "groups of 3": 16, "groups of 7": 16,
+    "page edges": 16,
+}  # fmt: skip
 
 
 @pytest.mark.claim("PAGED-KV")

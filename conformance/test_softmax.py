@@ -148,9 +148,29 @@ def test_large_scores_stay_finite_and_correct(subject, dtype, target):
 
 
 # Where every visible score of a row lies: beyond FlashInfer's finite sentinel of -5e4 by far
-# more than exp() spans (104 in float32), and in float64 beyond anything a sentinel could be.
-# Powers of two over sqrt(D) = 4, so that the planted part of each score is exact.
-FAR_BELOW = {"float64": 2.0**20, "float32": 2.0**16}
+# more than exp() spans (104 in float32), and in float64 beyond anything a sentinel could be; and
+# as far above zero, where exp of an unshifted score overflows. Powers of two over sqrt(D) = 4, so
+# that the planted part of each score is exact.
+FAR_FROM_ZERO = {"float64": 2.0**20, "float32": 2.0**16}
+
+
+def assert_rows_shifted_far(subject, dtype: str, sign: float) -> None:
+    __tracebackhide__ = True
+    if dtype not in FAR_FROM_ZERO:
+        pytest.skip(f"scores of 65536 times sqrt(D) overflow {dtype} before any scaling")
+    case = subject.fit(Case(batch=1, heads=2, tq=24, head_dim=16, dtype=dtype))
+    q, k, v = subject.inputs(case)
+    # Component 0 of every query is 1 and of every key sign S sqrt(D): each score is sign S plus
+    # the rest's q . k / sqrt(D), of order one.
+    q, k = q.copy(), k.copy()
+    q[..., 0] = 1.0
+    k[..., 0] = sign * FAR_FROM_ZERO[dtype] * np.sqrt(case.head_dim)
+    out = subject.call(case, q, k, v)
+    scores = reference_scores(q, k)
+    assert_matches_oracle(
+        subject, case, out, q, k, v,
+        what=f"out with every score between {scores.min():.6g} and {scores.max():.6g}",
+    )  # fmt: skip
 
 
 @pytest.mark.claim("SOFTMAX-STABLE")
@@ -159,17 +179,11 @@ def test_rows_whose_every_score_lies_far_below_zero(subject, dtype):
     them of order one: the softmax ignores the common shift. A kernel whose running maximum
     starts at a finite sentinel instead of -inf sees every exponential underflow and returns 0
     (FlashInfer #4450: paged decode, all logits below -5e4)."""
-    if dtype not in FAR_BELOW:
-        pytest.skip(f"scores of -65536 times sqrt(D) overflow {dtype} before any scaling")
-    case = subject.fit(Case(batch=1, heads=2, tq=24, head_dim=16, dtype=dtype))
-    q, k, v = subject.inputs(case)
-    # Component 0 of every query is 1 and of every key -S sqrt(D): each score is -S plus the
-    # rest's q . k / sqrt(D), of order one.
-    q, k = q.copy(), k.copy()
-    q[..., 0] = 1.0
-    k[..., 0] = -FAR_BELOW[dtype] * np.sqrt(case.head_dim)
-    out = subject.call(case, q, k, v)
-    largest = float(reference_scores(q, k).max())
-    assert_matches_oracle(
-        subject, case, out, q, k, v, what=f"out with every score at most {largest:.6g}"
-    )
+    assert_rows_shifted_far(subject, dtype, -1.0)
+
+
+@pytest.mark.claim("SOFTMAX-STABLE")
+def test_rows_whose_every_score_lies_far_above_zero(subject, dtype):
+    """The same rows shifted as far above zero: a kernel that exponentiates a score before
+    subtracting its row's maximum overflows to inf, and inf / inf is NaN."""
+    assert_rows_shifted_far(subject, dtype, 1.0)

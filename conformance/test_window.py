@@ -14,8 +14,9 @@ WINDOW_CASES = [
     Case(batch=1, heads=2, tq=7, tk=48, head_dim=16, window=5),  # chunked prefill, Tq < Tk
     Case(batch=1, heads=2, tq=40, head_dim=16, window=0),  # each row sees itself only
     Case(batch=1, heads=2, tq=24, head_dim=16, window=64),  # wider than the sequence: causal
+    Case(batch=1, heads=2, tq=30, head_dim=16, window=1),  # each row sees itself and one before
 ]
-WINDOW_IDS = ["prefill", "decode", "Tq<Tk", "w=0", "w>T"]
+WINDOW_IDS = ["prefill", "decode", "Tq<Tk", "w=0", "w>T", "w=1"]
 
 
 @pytest.mark.claim("WINDOW-BOUNDS")

@@ -212,6 +212,14 @@ def test_explain_names_level_section_tests_and_erratum():
     assert "conformance/test_scores.py::test_dot_products_grow_as_sqrt_d" in run.stdout
 
 
+def test_explain_lists_the_regimes_a_claims_tests_draw():
+    run = attnspec("explain", "PAGED-KV")
+    assert run.returncode == 0, run.stderr
+    assert "regimes its tests draw (15; docs/regimes.md):" in run.stdout
+    assert "    paged.group-not-a-power-of-two: a paged call whose group is not" in run.stdout
+    assert "regimes its tests draw" not in attnspec("explain", "DOT-GROWTH").stdout
+
+
 def test_demo_reproduces_the_documents_numbers():
     run = attnspec("demo")
     assert run.returncode == 0, run.stderr

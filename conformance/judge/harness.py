@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conformance.judge.regimes import regimes_of_call, regimes_of_merge
 from conformance.run.recording import TestNotes
 from conformance.run.worker_clients import ImplementationBroke, ImplementationClient
 from spec.dtypes import round_to
@@ -278,6 +279,7 @@ class Subject:
 
         Skips, with the reason, when the implementation does not declare what the case needs."""
         self.require(case)
+        self.notes.note_regimes(regimes_of_call(case, q, k, v))
         nq, nk, nv = self.to_native(case, q, k, v)
         return self.client.attention(
             nq,
@@ -319,6 +321,7 @@ class Subject:
         caps = self.client.capabilities
         if not caps.merges_states:
             pytest.skip(f"{self.name} does not declare merge_states")
+        self.notes.note_regimes(regimes_of_merge(lses))
         answer = self.client.merge_states(*self.to_native(case, outputs, lses))
         out, lse = (self.client.to_numpy(x).astype(np.float64) for x in answer)
         if out.shape != outputs.shape[1:] or lse.shape != lses.shape[1:]:

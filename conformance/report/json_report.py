@@ -38,12 +38,13 @@ Schema ``attnspec-report/2``::
                                   "fraction_of_budget": x}]}},  # the output against the
                                                     # variant (mistake) or the truth (where)
          "conventions": {NAME: VALUE},       # the CONTRACT-ERRORS conventions it followed
+         "regimes": {REGIME_ID: [node ids]}, # spec.regimes its calls drew, and the tests that did
          "worst_budget_fraction_by_dtype": {DTYPE: x}},  # over all its tests in that dtype
       ]
     }
 
 A field is only ever added to this schema; a change in meaning bumps the version. Version 2
-added "diagnosis" and "broken"; "workers" came later, within version 2.
+added "diagnosis" and "broken"; "workers" and "regimes" came later, within version 2.
 """
 
 from __future__ import annotations
@@ -93,6 +94,9 @@ def subject_entry(ledger: Ledger, name: str, selected: Selected | None) -> dict:
             skip_reason=selected.skip_reason,
         )
     entry["conventions"] = ledger.conventions_followed(name)
+    entry["regimes"] = {
+        regime: sorted(tests) for regime, tests in sorted(ledger.regimes.get(name, {}).items())
+    }
     entry["worst_budget_fraction_by_dtype"] = dict(sorted(ledger.budget_fractions[name].items()))
     entry["claims"] = claims
     return entry

@@ -118,6 +118,8 @@ class Ledger:
         self.figures: dict[str, dict[str, object]] = defaultdict(dict)
         # row -> dtype -> the largest error / tolerance budget of its tests in that dtype
         self.budget_fractions: dict[str, dict[str, float]] = defaultdict(dict)
+        # row -> regime (spec.regimes) -> the tests whose calls drew it
+        self.regimes: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         # implementation -> how its worker was confined, where not fully (impls.sandbox)
         self.unconfined: dict[str, str] = {}
         # implementation -> why its first call broke the contract (judge.preflight)
@@ -130,6 +132,9 @@ class Ledger:
 
     def note_figure(self, row: str, name: str, data: object) -> None:
         self.figures[row].setdefault(name, data)
+
+    def note_regime(self, row: str, regime: str, test_id: str) -> None:
+        self.regimes[row][regime].add(test_id)
 
     def note_convention(self, row: str, convention: str, followed: str) -> None:
         self.conventions[row][convention].add(followed)

@@ -43,6 +43,7 @@ class TestNotes:
     # what the judge found in each failing comparison (conformance.judge.diagnosis.diagnose)
     findings: list[dict] = field(default_factory=list)
     broken: str | None = None  # why the implementation's first call broke the contract
+    regimes: list[str] = field(default_factory=list)  # spec.regimes its calls drew, sorted
 
     def note_budget_fraction(self, fraction: float, dtype: str) -> None:
         self.budget_fraction = worst_fraction(self.budget_fraction, fraction)
@@ -55,6 +56,9 @@ class TestNotes:
 
     def note_figure(self, name: str, data: object) -> None:
         self.figures.setdefault(name, data)
+
+    def note_regimes(self, regimes: set[str]) -> None:
+        self.regimes = sorted(set(self.regimes) | regimes)
 
     def note_finding(self, finding: dict) -> None:
         self.findings.append(finding)
@@ -208,6 +212,8 @@ class VerdictRecorder:
             self.ledger.note_convention(record.row, convention, followed)
         for name, data in record.notes.figures.items():
             self.ledger.note_figure(record.row, name, data)
+        for regime in record.notes.regimes:
+            self.ledger.note_regime(record.row, regime, record.test_id)
         if record.notes.broken:
             self.ledger.broken[record.row] = record.notes.broken
 

@@ -78,6 +78,25 @@ def pool_in_row_max(
     return (out + 0 * pool_max).astype(q.dtype)  # the maximum's NaN reaches the row
 
 
+@mutant("paged caches", "PAGED-KV")
+def last_page_dropped_on_a_page_boundary(
+    q, k, v, *, causal=True, scale=None, block_table=None, key_lengths=None, page_size=None
+):
+    """Counts an item's keys as its pages before the last, full, plus L % page_size in the last
+    (kv_last_page_len taken modulo the page size): an item whose length ends on a page boundary
+    loses its whole last page, right at every other length (regime keys.page)."""
+    if block_table is None:
+        return attend_pages(
+            q, k, v, causal=causal, scale=scale, block_table=None, key_lengths=key_lengths
+        )
+    size = k.shape[1]
+    counted = [int(n) - size if n and n % size == 0 else int(n) for n in key_lengths]
+    with np.errstate(invalid="ignore"):  # an item of one page counted as none: 0 / 0
+        return attend_pages(
+            q, k, v, causal=causal, scale=scale, block_table=block_table, key_lengths=counted
+        )
+
+
 @mutant("paged caches", "PAGED-KV", mistake="paged-group-rounded-down")
 def paged_groups_rounded_to_a_power_of_two(
     q, k, v, *, causal=True, scale=None, block_table=None, key_lengths=None, page_size=None,

@@ -93,6 +93,14 @@ def window_one_key_too_wide(q, k, v, *, causal=True, scale=None, window=None):
     return attend_extended(q, k, v, causal=causal, scale=scale, window=wider)
 
 
+@mutant("window", "WINDOW-BOUNDS")
+def window_zero_read_as_no_window(q, k, v, *, causal=True, scale=None, window=None):
+    """Tests its window for truth (``if window:``), so that a window of 0, each query seeing its
+    own key alone, is no window at all: plain causal attention there, right at every other w
+    (regime window.zero)."""
+    return attend_extended(q, k, v, causal=causal, scale=scale, window=window or None)
+
+
 @mutant("window", "WINDOW-BOUNDS", mistake="window-of-w-keys")
 def window_of_w_keys(q, k, v, *, causal=True, scale=None, window=None):
     """Keeps w keys including the query's own (p - w < j <= p): FlashAttention's w read as

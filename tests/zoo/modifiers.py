@@ -179,6 +179,15 @@ def sink_dropped(q, k, v, *, causal=True, scale=None, sinks=None):
     return attend_modified(q, k, v, causal=causal, scale=scale)
 
 
+@mutant("score modifiers", "SINK-LOGIT")
+def sink_minus_inf_read_as_zero(q, k, v, *, causal=True, scale=None, sinks=None):
+    """Sanitises its sinks with nan_to_num before use, so that a head without a sink (-inf) gets
+    a sink of 0 instead, which takes its share of every row's weight; right for every finite
+    sink (regime sinks.minus-inf)."""
+    finite = None if sinks is None else np.nan_to_num(np.asarray(sinks, np.float64), neginf=0.0)
+    return attend_modified(q, k, v, causal=causal, scale=scale, sinks=finite)
+
+
 @correct_variant
 def sink_as_an_extra_key(q, k, v, *, causal=True, scale=None, sinks=None):
     """Appends one key per head whose score is the sink logit and whose value is zero, always

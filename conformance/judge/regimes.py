@@ -1,0 +1,190 @@
+"""Which regimes of spec.regimes a call draws, read off the call itself (its case and inputs).
+
+A test's regimes are what its calls were, not what it says it draws: the judge notes them on every
+call and merge, and ``docs/regimes.md`` is their sum over a run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from spec.regimes import FAR_ABOVE, FAR_BELOW, LSE_NEAR_1000, SINK_FAR
+
+# Beyond this many scores a call's score regimes are not read: the suite's large cases are there
+# for their length, not their scores, and a (B, H, Tq, Tk) float64 matrix this size is 256 MiB.
+MOST_SCORES = 1 << 25
+
+
+def _scaled_scores(case, q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """(B, H, Tq, Tk) scaled scores, NaN at keys past each item's key length."""
+    batch, heads, tq, head_dim = q.shape
+    kv_heads = k.shape[1]
+    group = heads // kv_heads
+    scale = case.scale if case.scale is not None else 1.0 / math.sqrt(head_dim)
+    grouped = q.reshape(batch, kv_heads, group, tq, head_dim)  # (B, Hkv, g, Tq, D)
+    scores = np.einsum("bkgqd,bksd->bkgqs", grouped, k) * scale  # (B, Hkv, g, Tq, Tk)
+    scores = scores.reshape(batch, heads, tq, k.shape[2])  # (B, H, Tq, Tk)
+    if case.key_lengths is not None:
+        past = np.arange(k.shape[2])[None, :] >= np.asarray(case.key_lengths)[:, None]  # (B, Tk)
+        scores = np.where(past[:, None, None, :], np.nan, scores)
+    return scores
+
+
+def _in(value: float, bounds: tuple[float, float]) -> bool:
+    return bounds[0] <= value <= bounds[1]
+
+
+def _shape_regimes(case) -> set[str]:
+    if case.tq == 1 and case.tk > 1:
+        return {"shape.decode"}
+    if case.tq < case.tk:
+        return {"shape.tq-below-tk"}
+    if case.tq == case.tk:
+        return {"shape.tq-equals-tk"}
+    return {"shape.tq-above-tk"} if case.causal else set()
+
+
+def _group_regimes(case) -> set[str]:
+    group = case.heads // case.key_value_heads
+    drawn = {f"gqa.group-{group}"}
+    if case.key_value_heads == 1 and case.heads > 1:
+        drawn.add("gqa.one-kv-head")
+    if case.page_size is not None and group > 1:
+        drawn.add("paged.gqa")
+        if group & (group - 1):
+            drawn.add("paged.group-not-a-power-of-two")
+    return drawn
+
+
+def _length_regimes(case) -> set[str]:
+    if case.key_lengths is None:
+        return set()
+    lengths = set(case.key_lengths)
+    drawn = {
+        regime
+        for regime, length in (
+            ("keys.length-0", 0),
+            ("keys.length-1", 1),
+            ("keys.capacity", case.tk),
+        )
+        if length in lengths
+    }
+    page = case.page_size
+    if page is not None and page > 2:  # pages of 1 or 2 put every length on or beside a boundary
+        drawn |= {
+            regime
+            for regime, offset in (
+                ("keys.page-minus-1", -1),
+                ("keys.page", 0),
+                ("keys.page-plus-1", 1),
+            )
+            if any(n > 0 and (n - offset) % page == 0 and n - offset > 0 for n in lengths)
+        }
+        if all(n % page for n in lengths if n > 0):
+            drawn.add("paged.page-divides-no-length")
+    return drawn
+
+
+def _paging_regimes(case) -> set[str]:
+    if case.page_size is None:
+        return set()
+    drawn = {f"paged.page-{case.page_size}"} if case.page_size in (1, 16) else set()
+    if case.tq == 1:
+        drawn.add("paged.decode")
+    return drawn
+
+
+def _mask_regimes(case) -> set[str]:
+    drawn = set()
+    if case.window is not None:
+        drawn |= {
+            regime
+            for regime, holds in (
+                ("window.zero", case.window == 0),
+                ("window.one", case.window == 1),
+                ("window.covers-all", case.window >= case.tk),
+            )
+            if holds
+        }
+    if case.chunk is not None:
+        if case.chunk == 1:
+            drawn.add("chunk.one")
+        elif case.tk % case.chunk == 0 and case.chunk < case.tk:
+            drawn.add("chunk.divides-tk")
+        elif case.tk % case.chunk:
+            drawn.add("chunk.does-not-divide-tk")
+    grouped_and_padded = case.key_value_heads != case.heads and case.key_lengths is not None
+    for modifier in ("softcap", "alibi", "sinks"):
+        keyword = "alibi_slopes" if modifier == "alibi" else modifier
+        if grouped_and_padded and getattr(case, keyword) is not None:
+            drawn.add(f"{modifier}.gqa-key-lengths")
+    return drawn
+
+
+def _score_regimes(case, q: np.ndarray, k: np.ndarray) -> set[str]:
+    if q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] > MOST_SCORES or 0 in q.shape + k.shape:
+        return set()
+    scores = _scaled_scores(case, q, k)
+    seen = ~np.isnan(scores)
+    if not seen.any():
+        return set()
+    with np.errstate(invalid="ignore"):
+        row_max = np.where(seen.any(-1), np.nanmax(np.where(seen, scores, -np.inf), -1), np.nan)
+        row_min = np.where(seen.any(-1), np.nanmin(np.where(seen, scores, np.inf), -1), np.nan)
+    drawn = set()
+    if np.nanmax(np.abs(scores)) < 1.0:
+        drawn.add("scores.near-zero")
+    if np.nanmax(row_min) > FAR_ABOVE:
+        drawn.add("scores.far-above-zero")
+    if np.nanmin(row_max) < FAR_BELOW:
+        drawn.add("scores.far-below-zero")
+    if case.return_lse:
+        # a row's lse lies within log(Tk) of its largest score
+        if any(_in(m, LSE_NEAR_1000) for m in row_max.ravel()):
+            drawn.add("lse.near-plus-1000")
+        if any(_in(-m, LSE_NEAR_1000) for m in row_max.ravel()):
+            drawn.add("lse.near-minus-1000")
+    if case.sinks is not None:
+        for head, sink in enumerate(case.sinks):
+            if sink == -math.inf:
+                drawn.add("sinks.minus-inf")
+                continue
+            head_max = row_max[:, head]
+            if np.isnan(head_max).all():
+                continue
+            if sink > np.nanmax(head_max) + SINK_FAR:
+                drawn.add("sinks.far-above-scores")
+            if sink < np.nanmin(head_max) - SINK_FAR:
+                drawn.add("sinks.far-below-scores")
+    return drawn
+
+
+def regimes_of_call(case, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> set[str]:
+    """The regimes one attention call draws: ``case`` as called, q, k, v its float64 inputs."""
+    return (
+        _shape_regimes(case)
+        | _group_regimes(case)
+        | _length_regimes(case)
+        | _paging_regimes(case)
+        | _mask_regimes(case)
+        | _score_regimes(case, q, k)
+    )
+
+
+def regimes_of_merge(lses: np.ndarray) -> set[str]:
+    """The regimes one merge draws: ``lses`` (P, B, H, Tq), its parts' log-sum-exps."""
+    finite = np.isfinite(lses)
+    seen_by_some = finite.any(0)
+    drawn = set()
+    if (~finite.all(0) & seen_by_some).any():
+        drawn.add("merge.empty-part")
+    if (~seen_by_some).any():
+        drawn.add("merge.row-no-part-saw")
+    values = lses[finite]
+    if ((values >= LSE_NEAR_1000[0]) & (values <= LSE_NEAR_1000[1])).any():
+        drawn.add("lse.near-plus-1000")
+    if ((-values >= LSE_NEAR_1000[0]) & (-values <= LSE_NEAR_1000[1])).any():
+        drawn.add("lse.near-minus-1000")
+    return drawn
