@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from impls.contract import Implementation
+from impls.bench_inputs import fresh_inputs
 from impls.messages import (
     OPS,
     SEVERAL_OUTPUTS,
@@ -227,6 +228,8 @@ def handle(impl, call: Call) -> Answer:
     never writes reads as NaN."""
     if call.op not in OPS:
         return Broke(f"unknown operation {call.op!r}")
+    if call.op == "bench_call":  # it draws its own inputs, and lays them out as this does
+        return bench_call(impl, **call.keywords)
     if "page_size" in call.keywords:
         call = paged(call)
     try:
@@ -294,6 +297,93 @@ def timed(impl, natives: list, *, repeats: int, settle_seconds: float, **kwargs)
     except BaseException as exc:
         return raised(exc)
     return Timed(tuple(seconds))
+
+
+def bench_call(
+    impl, *, seed: int, dims: tuple, dtype: str, echo: bool = False, flush_cache: bool = True,
+    **keywords,
+) -> Answer:  # fmt: skip
+    """One timed call of attention on inputs drawn from ``seed`` (impls.bench_inputs), laid out
+    as a plain call of the same keywords is (page pools where ``page_size`` is among them).
+
+    The timed window ends when the answer can be read: on the CPU after to_numpy (an answer
+    computed lazily is computed inside it), on a GPU at a CUDA event after the kernel, the
+    device then synchronised, with the L2 cache flushed before it unless ``flush_cache`` is
+    False. ``echo``: no call; q comes back as the output, which measures everything but the
+    call (the line, the draw, the layout, the way back) for the judge."""
+    arrays = tuple(InputArray(x, dtype) for x in fresh_inputs(seed, dims, dtype))
+    call = Call("attention", arrays, keywords)
+    if "page_size" in keywords:
+        call = paged(call)
+    try:
+        natives = laid_out(impl, call.arrays, "contiguous")
+        input_device = impl.device_of(natives[0])
+        if echo:
+            return Timed((0.0,), (returned(impl, natives[0], input_device),))
+        clock = DeviceClock.of(impl, flush_cache)
+        clock.start()
+        out = impl.attention(*natives, **call.keywords)
+        readable = clock.stop(lambda: impl.to_numpy(out))
+        output = returned(impl, out, input_device)
+    except BaseException as exc:
+        return raised(exc)
+    return Timed((readable,), (output,))
+
+
+class DeviceClock:
+    """The worker's clock for one timed call: perf_counter on the CPU, CUDA events (torch's or
+    CuPy's, by the implementation's family) on a GPU, after a write of more than any L2 cache."""
+
+    FLUSH_BYTES = 256 * 2**20
+    _flushes: dict[str, Callable[[], object]] = {}  # noqa: RUF012  # per library, made once
+
+    def __init__(self, make_event=None, seconds_between=None, flush=None):
+        self.make_event, self.seconds_between, self.flush = make_event, seconds_between, flush
+
+    @classmethod
+    def of(cls, impl, flush_cache: bool) -> DeviceClock:
+        if impl.device != "cuda":
+            return cls()
+        if impl.family == "cupy":
+            import cupy
+
+            if "cupy" not in cls._flushes:
+                buffer = cupy.empty(cls.FLUSH_BYTES, dtype=cupy.int8)
+                cls._flushes["cupy"] = lambda: buffer.fill(0)
+            return cls(
+                cupy.cuda.Event,
+                lambda first, last: cupy.cuda.get_elapsed_time(first, last) / 1e3,
+                cls._flushes["cupy"] if flush_cache else None,
+            )
+        import torch
+
+        if "torch" not in cls._flushes:
+            buffer = torch.empty(cls.FLUSH_BYTES, dtype=torch.int8, device="cuda")
+            cls._flushes["torch"] = buffer.zero_
+        return cls(
+            lambda: torch.cuda.Event(enable_timing=True),
+            lambda first, last: first.elapsed_time(last) / 1e3,
+            cls._flushes["torch"] if flush_cache else None,
+        )
+
+    def start(self) -> None:
+        if self.make_event is None:
+            self.started = time.perf_counter()
+            return
+        if self.flush is not None:
+            self.flush()
+        self.first, self.last = self.make_event(), self.make_event()
+        self.first.record()
+
+    def stop(self, read: Callable[[], object]) -> float:
+        """Seconds since start(); ``read()`` makes the answer readable: inside the window on the
+        CPU, after the last event on a GPU (a copy to the host is not the kernel's time)."""
+        if self.make_event is None:
+            read()
+            return time.perf_counter() - self.started
+        self.last.record()
+        self.last.synchronize()
+        return self.seconds_between(self.first, self.last)
 
 
 def serve(conn: Connection, selector: str) -> None:

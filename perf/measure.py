@@ -11,8 +11,8 @@ from conformance.judge.harness import Case, Subject
 from conformance.judge.tolerance import compare_to_oracle
 from conformance.run.worker_clients import ImplementationClient, open_clients
 from impls.registry import RegistryError, resolve
-from perf.gates import Gate
-from perf.timing import SETTLE_SECONDS, attention_flops, interleaved
+from conformance.bench.gates import Gate
+from conformance.bench.timing import SETTLE_SECONDS, attention_flops, interleaved
 from perf.worker_timing import BATCH, WorkerClock
 
 WORKER_CLIENTS: list[ImplementationClient] = []  # closed when the run ends (perf/conftest.py)

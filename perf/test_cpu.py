@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perf.gates import load_gates
+from conformance.bench.gates import load_gates
 from perf.measure import (
     check_gate,
     gate_case,

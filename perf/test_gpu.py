@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.judge.harness import Case
-from perf.gates import load_gates
+from conformance.bench.gates import load_gates
 from perf.measure import (
     available,
     check_gate,
@@ -22,7 +22,7 @@ from perf.measure import (
     shape_text,
     validate,
 )
-from perf.timing import CudaEventTimer, interleaved
+from conformance.bench.timing import CudaEventTimer, interleaved
 
 pytestmark = [pytest.mark.perf, pytest.mark.gpu]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 DTYPES = ("float64", "float32", "float16", "bfloat16")
+ITEM_SIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}  # bytes per element
 
 # Unit roundoff (half the distance from 1 to the next float) and the largest finite value.
 UNIT_ROUNDOFF = {

@@ -313,6 +313,9 @@ class InProcessChannel:
         pass
 
 
+TIMED_OPS = ("timed_attention", "bench_call")
+
+
 class ImplementationClient:
     """An implementation under test, seen from the judge. See the module docstring."""
 
@@ -415,6 +418,17 @@ class ImplementationClient:
             causal=causal,
             scale=scale,
         )
+
+    def bench_call(
+        self, seed: int, dims: tuple, dtype: str, *, echo: bool = False, flush_cache: bool = True,
+        causal: bool = True, **variant,
+    ) -> tuple[float, OutputArray]:  # fmt: skip
+        """One timed call on inputs the worker draws from ``seed`` (impls.bench_inputs): the
+        worker's seconds and the answer (q itself, untimed, with ``echo``)."""
+        return self.request(
+            "bench_call", [], seed=seed, dims=tuple(dims), dtype=dtype, echo=echo,
+            flush_cache=flush_cache, causal=causal, scale=None, **variant,
+        )  # fmt: skip
 
     def merge_states(self, outputs, lses):
         """The implementation's merge of partial states (P, B, H, Tq, Dv) and (P, B, H, Tq):
@@ -531,8 +545,12 @@ class ImplementationClient:
             raise ImplementationBroke(f"{self.name} broke the contract in {op}(): {answer.message}")
         if isinstance(answer, NotChecked):
             raise LayoutNotChecked(answer.why)
-        if isinstance(answer, Timed) != (op == "timed_attention"):
+        if isinstance(answer, Timed) != (op in TIMED_OPS):
             raise ImplementationBroke(f"{self.name}'s worker answered {op}() with a {answer}")
+        if isinstance(answer, Timed) and op == "bench_call":
+            if len(answer.seconds) != 1 or len(answer.outputs) != 1:
+                raise ImplementationBroke(f"{self.name}'s worker answered bench_call with {answer}")
+            return answer.seconds[0], answer.outputs[0]
         if isinstance(answer, Timed):
             return list(answer.seconds)
         return answer.outputs if len(answer.outputs) > 1 else answer.outputs[0]

@@ -1,0 +1,283 @@
+"""One bench: an implementation and its baseline timed call by call, in their workers, on inputs
+drawn afresh for every call, each answer open to a check the worker cannot foresee.
+
+What a timing must withstand, and what withstands it (docs/performance.md, "A speed no kernel
+can fake"):
+
+- answers cached by input: every call's inputs are drawn from a seed the judge chose for it
+  (``secrets``) and sent with it (impls/bench_inputs.py), so no two calls share inputs and none
+  can be computed before its call;
+- garbage on timed calls: there is no separate checked call. The first call of each side is
+  checked before anything is timed (a wrong answer is not timed); after it, each answer is
+  checked with probability CHECK_SHARE, the last one where none was, decided once the answer is
+  back, on heads drawn then too;
+- work deferred past the timer: the worker's window ends when the answer can be read (after
+  to_numpy on the CPU, at a synchronised CUDA event on a GPU), and the judge's clock over each
+  request, less the line's cost, must agree with the worker's (CREDIBLE below);
+- a patched clock in the worker: the same agreement;
+- a time below the roofline: not credible, whatever the clocks say (conformance.bench.roofline).
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from conformance.bench.roofline import Machine, call_bytes, call_flops
+from conformance.bench.shapes import BenchShape
+from conformance.bench.timing import SETTLE_SECONDS
+from conformance.judge.tolerance import compare_to_oracle
+from conformance.run.worker_clients import ImplementationClient
+from impls.bench_inputs import fresh_inputs
+
+ECHO_PROBES = 5  # requests that call nothing, for the line's own cost
+CHECK_SHARE = 0.25  # the chance that a timed call's answer is checked
+HEADS_CHECKED = 2  # (item, head) pairs a check compares, drawn once the answer is back
+HEADS_VALIDATED = 4  # the same for the first call, before any timing
+# The judge's view of a call (its request, less the line's cost) may exceed the worker's report
+# by LONGER_SHARE of it, or fall short by SHORTER_SHARE, each plus SLACK_SECONDS (a scheduler's
+# slice), before the report is not credible. A busy machine only lengthens the judge's view, so
+# short of the report is held closer: a clock at half speed is twice off.
+LONGER_SHARE, SHORTER_SHARE = 0.5, 0.1
+SLACK_SECONDS = 0.002
+BOOTSTRAP_RESAMPLES = 2000
+CONFIDENCE = 0.95
+
+
+class WrongAnswer(Exception):
+    """A checked answer was outside its budget: the implementation is not timed."""
+
+
+@dataclass
+class TimedSide:
+    """One implementation's calls in a bench. The switches (fresh_inputs, check_share,
+    judge_clock) exist so that tests can show each cheat succeeding without its defence."""
+
+    client: ImplementationClient
+    shape: BenchShape
+    dtype: str
+    causal: bool = True
+    flush_cache: bool = True
+    fresh_inputs: bool = True
+    check_share: float = CHECK_SHARE
+    judge_clock: bool = True
+    seconds: list[float] = field(default_factory=list)  # the worker's, timed calls only
+    judged: list[float] = field(default_factory=list)  # the judge's, less the line's cost
+    checked: int = 0  # answers checked, the first one included
+    worst_fraction: float = 0.0  # the largest error / budget among them
+    overhead: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.choices = np.random.default_rng(secrets.randbits(64))  # the judge's, not the worker's
+
+    def _seed(self) -> int:
+        return secrets.randbits(62) if self.fresh_inputs else 1
+
+    def _request(self, seed: int, echo: bool = False):
+        started = time.perf_counter()
+        seconds, output = self.client.bench_call(
+            seed, self.shape.dims, self.dtype, echo=echo, flush_cache=self.flush_cache,
+            causal=self.causal, **self.shape.keywords,
+        )  # fmt: skip
+        return seconds, output, time.perf_counter() - started
+
+    def probe_line(self) -> None:
+        """The line's cost: requests that draw and lay out the inputs and send q back, no call."""
+        self.overhead = statistics.median(
+            self._request(self._seed(), echo=True)[2] for _ in range(ECHO_PROBES)
+        )
+
+    def validate(self) -> None:
+        """The first call, checked on HEADS_VALIDATED heads before anything is timed (and the
+        warm-up: it is not counted)."""
+        seed = self._seed()
+        _, output, _ = self._request(seed)
+        self.check(seed, output.array, HEADS_VALIDATED, "its first call, before any timing")
+
+    def timed_call(self, last: bool = False) -> None:
+        seed = self._seed()
+        seconds, output, wall = self._request(seed)
+        self.seconds.append(seconds)
+        self.judged.append(wall - self.overhead)
+        due = self.checked == 1 and last  # no timed answer checked yet: this one is
+        if due or self.choices.random() < self.check_share:
+            self.check(seed, output.array, HEADS_CHECKED, f"timed call {len(self.seconds)}")
+
+    def check(self, seed: int, out: np.ndarray, heads: int, which: str) -> None:
+        q, k, v = fresh_inputs(seed, self.shape.dims, self.dtype)
+        out = np.asarray(out, np.float64)
+        expected = (self.shape.batch, self.shape.heads, self.shape.tq, self.shape.head_dim)
+        if out.shape != expected:
+            raise WrongAnswer(
+                f"{self.client.name} returned shape {out.shape} in {which}, but should return "
+                f"{expected} [{self.shape.describe()}]"
+            )
+        group = self.shape.heads // self.shape.kv_heads
+        pairs = self.shape.batch * self.shape.heads
+        variant = {n: v for n, v in self.shape.keywords.items() if n != "page_size"}
+        for index in self.choices.choice(pairs, size=min(heads, pairs), replace=False):
+            b, h = divmod(int(index), self.shape.heads)
+            kv = slice(h // group, h // group + 1)
+            comparison = compare_to_oracle(
+                out[b : b + 1, h : h + 1], q[b : b + 1, h : h + 1], k[b : b + 1, kv],
+                v[b : b + 1, kv], dtype=self.dtype, causal=self.causal, **variant,
+            )  # fmt: skip
+            self.worst_fraction = max(self.worst_fraction, comparison.budget_fraction)
+            if not comparison.ok:
+                raise WrongAnswer(
+                    f"{self.client.name} is wrong in {which} (item {b}, head {h}), so it is not "
+                    f"timed: {comparison.describe()} [{self.shape.describe()} {self.dtype}]"
+                )
+        self.checked += 1
+
+    def contradiction(self) -> str | None:
+        """Why the worker's times are not credible by the judge's clock, or None (medians, so
+        that one slow request on a busy machine decides nothing)."""
+        if not self.judge_clock or not self.seconds:
+            return None
+        reported, judged = statistics.median(self.seconds), statistics.median(self.judged)
+        if (
+            judged - reported <= LONGER_SHARE * reported + SLACK_SECONDS
+            and reported - judged <= SHORTER_SHARE * reported + SLACK_SECONDS
+        ):
+            return None
+        return (
+            f"timing not credible: {self.client.name}'s worker reported {reported * 1e3:.2f} ms "
+            f"a call (the median), but the judge's clock puts it at {judged * 1e3:.2f} ms (its "
+            f"requests, less the line's {self.overhead * 1e3:.2f} ms)"
+        )
+
+
+@dataclass(frozen=True)
+class SideResult:
+    name: str
+    seconds: list[float]
+    flops: float
+    bytes_moved: float
+    bound_seconds: float  # the roofline's least time for the call
+    credible: bool
+    why_not: str | None
+    checked: int
+    worst_fraction: float
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def flops_per_second(self) -> float:
+        return self.flops / self.median
+
+    @property
+    def fraction_of_bound(self) -> float:
+        """The roofline's least time over the median: 1 is the machine's best."""
+        return self.bound_seconds / self.median
+
+
+def side_result(side: TimedSide, machine: Machine) -> SideResult:
+    flops = call_flops(side.shape, side.causal)
+    bytes_moved = call_bytes(side.shape, side.dtype)
+    bound = machine.bound_seconds(flops, bytes_moved)
+    why_not = side.contradiction()
+    median = statistics.median(side.seconds)
+    if why_not is None and median < bound:
+        why_not = (
+            f"timing not credible: {side.client.name}'s median {median * 1e3:.3f} ms is below "
+            f"the least time the machine allows, {bound * 1e3:.3f} ms ({flops / 1e9:.2f} GFLOP "
+            f"and {bytes_moved / 1e6:.1f} MB at {machine.source})"
+        )
+    return SideResult(
+        side.client.name, list(side.seconds), flops, bytes_moved, bound, why_not is None,
+        why_not, side.checked, side.worst_fraction,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    median: float  # the subject's median time over the baseline's
+    low: float
+    high: float
+    confidence: float = CONFIDENCE
+
+
+def ratio_interval(subject: list[float], baseline: list[float], seed: int = 0) -> RatioInterval:
+    """The ratio of medians, with a bootstrap interval over the rounds (resampled in pairs: a
+    round's two calls ran side by side, under the same load)."""
+    a, b = np.asarray(subject), np.asarray(baseline)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(a), size=(BOOTSTRAP_RESAMPLES, len(a)))
+    ratios = np.median(a[picks], axis=1) / np.median(b[picks], axis=1)
+    tail = (1 - CONFIDENCE) / 2
+    low, high = np.quantile(ratios, [tail, 1 - tail])
+    return RatioInterval(float(np.median(a) / np.median(b)), float(low), float(high))
+
+
+PASSES, FAILS, INCONCLUSIVE, NOT_CREDIBLE = "passes", "FAILS", "inconclusive", "not credible"
+
+
+def gate_verdict(interval: RatioInterval, max_ratio: float) -> str:
+    """passes when the whole interval is within the gate, FAILS when all of it is beyond,
+    inconclusive when it straddles the gate: the machine was too noisy to tell."""
+    if interval.high <= max_ratio:
+        return PASSES
+    if interval.low > max_ratio:
+        return FAILS
+    return INCONCLUSIVE
+
+
+@dataclass(frozen=True)
+class ShapeResult:
+    shape: BenchShape
+    dtype: str
+    sides: list[SideResult]
+    ratio: RatioInterval | None  # None without a baseline, or when a side is not credible
+    max_ratio: float | None
+    verdict: str | None  # of the gate, where there is one
+
+    @property
+    def subject(self) -> SideResult:
+        return self.sides[0]
+
+
+def bench_shape(
+    subject: ImplementationClient,
+    baseline: ImplementationClient | None,
+    shape: BenchShape,
+    dtype: str,
+    machine: Machine,
+    *,
+    rounds: int,
+    causal: bool = True,
+    warm: bool = False,
+    max_ratio: float | None = None,
+    settle_seconds: float = SETTLE_SECONDS,
+    side_options: dict | None = None,
+) -> ShapeResult:
+    """Validate both sides at ``shape``, then time them in alternation, ``rounds`` calls each,
+    each call after ``settle_seconds`` of quiet (a library's threads spinning down). Raises
+    WrongAnswer where a checked answer is wrong. ``side_options``: TimedSide's switches, for the
+    tests that plant cheaters."""
+    clients = [subject] + ([baseline] if baseline is not None else [])
+    sides = [
+        TimedSide(client, shape, dtype, causal, flush_cache=not warm, **(side_options or {}))
+        for client in clients
+    ]
+    for side in sides:
+        side.probe_line()
+        side.validate()
+    for number in range(rounds):
+        for side in sides:
+            time.sleep(settle_seconds)
+            side.timed_call(last=number == rounds - 1)
+    results = [side_result(side, machine) for side in sides]
+    ratio = verdict = None
+    credible = all(result.credible for result in results)
+    if baseline is not None and credible:
+        ratio = ratio_interval(results[0].seconds, results[1].seconds)
+    if baseline is not None and max_ratio is not None:
+        verdict = gate_verdict(ratio, max_ratio) if credible else NOT_CREDIBLE
+    return ShapeResult(shape, dtype, results, ratio, max_ratio, verdict)

@@ -1,0 +1,116 @@
+"""What the machine can do at best: a roofline from a call's FLOPs and bytes.
+
+A call cannot take less than its FLOPs at the machine's peak rate, nor less than its bytes at the
+memory's peak bandwidth; a time below the larger of the two is not a fast kernel but a wrong
+clock. On the CPU both peaks are measured once per run, in the judge (a matrix product, the best
+of several, in the dtype where a library has it; a copy of a buffer larger than any cache); on a
+GPU they are the device's rated figures, named with their source.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from conformance.bench.timing import attention_flops
+from spec.dtypes import ITEM_SIZE
+
+
+@dataclass(frozen=True)
+class Machine:
+    kind: str  # "cpu" or the GPU's name
+    flops_per_second: float  # the peak matrix-product rate in the bench's dtype
+    bytes_per_second: float  # the peak memory bandwidth
+    source: str  # how the peaks were found
+
+    def bound_seconds(self, flops: float, bytes_moved: float) -> float:
+        return max(flops / self.flops_per_second, bytes_moved / self.bytes_per_second)
+
+
+def call_flops(shape, causal: bool) -> float:
+    return attention_flops(shape.batch, shape.heads, shape.tq, shape.tk, shape.head_dim, causal)
+
+
+def call_bytes(shape, dtype: str) -> float:
+    """q, k, v read once and the output written once: the least any kernel moves."""
+    elements = shape.batch * shape.head_dim * (
+        2 * shape.heads * shape.tq + 2 * shape.kv_heads * shape.tk
+    )
+    return float(elements * ITEM_SIZE[dtype])
+
+
+GEMM_SIZE = 1024
+COPY_BYTES = 256 * 2**20
+ROUNDS = 5
+
+
+def _best_seconds(call, rounds: int = ROUNDS) -> float:
+    call()
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def _gemm_rates(dtype: str) -> dict[str, float]:
+    """FLOP/s of a GEMM_SIZE^3 matrix product, best of ROUNDS, by each library at hand that has
+    the dtype (NumPy's BLAS in float32 and float64; torch in every dtype)."""
+    n = GEMM_SIZE
+    rates = {}
+    if dtype in ("float32", "float64"):
+        a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
+        rates["numpy"] = 2.0 * n**3 / _best_seconds(lambda: a @ a)
+    try:
+        import torch
+    except ImportError:
+        return rates
+    t = torch.randn(n, n, dtype=getattr(torch, dtype))
+    rates["torch"] = 2.0 * n**3 / _best_seconds(lambda: t @ t)
+    return rates
+
+
+def measure_cpu(dtype: str) -> Machine:
+    rates = _gemm_rates(dtype)
+    if not rates:  # float16 or bfloat16 without torch: no library multiplies them here
+        rates = {f"numpy float32 (no {dtype} product here)": _gemm_rates("float32")["numpy"]}
+    best = max(rates, key=rates.get)
+    source = np.empty(COPY_BYTES, np.uint8)
+    target = np.empty_like(source)
+    source.fill(1)
+    bandwidth = 2.0 * COPY_BYTES / _best_seconds(lambda: np.copyto(target, source))
+    return Machine(
+        "cpu",
+        rates[best],
+        bandwidth,
+        f"measured now: a {GEMM_SIZE}^3 {dtype} matrix product by {best}, "
+        f"{rates[best] / 1e9:.0f} GFLOP/s, and a {COPY_BYTES >> 20} MiB copy, "
+        f"{bandwidth / 1e9:.1f} GB/s (best of {ROUNDS})",
+    )
+
+
+# Rated dense peaks (the vendors' data sheets, SXM parts; FLOP/s without sparsity) and memory
+# bandwidth. float32 is the CUDA cores' rate: a kernel on TF32 tensor cores would beat it, and
+# TF32 is not float32 arithmetic.
+RATED_GPUS = {
+    "H200": ({"bfloat16": 989e12, "float16": 989e12, "float32": 67e12, "float64": 34e12}, 4.8e12),
+    "H100": ({"bfloat16": 989e12, "float16": 989e12, "float32": 67e12, "float64": 34e12}, 3.35e12),
+    "A100": ({"bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12, "float64": 9.7e12}, 2.0e12),
+}  # fmt: skip
+
+
+def rated_gpu(device_name: str, dtype: str) -> Machine | None:
+    """The rated roofline of the GPU whose name contains a known model, or None."""
+    for model, (rates, bandwidth) in RATED_GPUS.items():
+        if model in device_name:
+            return Machine(
+                device_name,
+                rates[dtype],
+                bandwidth,
+                f"{model}'s rated figures: {rates[dtype] / 1e12:.0f} TFLOP/s {dtype} dense, "
+                f"{bandwidth / 1e12:.2f} TB/s (its data sheet)",
+            )
+    return None
