@@ -23,6 +23,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from conformance.bench.cli import add_bench_parser
 from conformance.judge.measurements import (
     andrea_numbers,
     dot_product_std,
@@ -414,6 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help=argparse.SUPPRESS)
     run.set_defaults(handler=command_run)
 
+    add_bench_parser(commands)
     explain = commands.add_parser("explain", help="a claim, its source, its tests, its erratum")
     explain.add_argument("claim", metavar="CLAIM-ID")
     explain.set_defaults(handler=command_explain)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conformance.bench.options import add_bench_options
 from conformance.judge.harness import Document, Subject
 from conformance.judge.preflight import broken_implementations
 from conformance.judge.truth import TRUTH
@@ -83,6 +84,7 @@ OPTION_NAMES: list[str] = []  # attnspec's own options, as the command line spel
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     OPTION_NAMES[:] = add_to_pytest(parser)
+    add_bench_options(parser)
 
 
 @pytest.hookimpl(tryfirst=True)  # before hypothesis's plugin loads the profile named
@@ -92,6 +94,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if not is_attnspec_run(config, OPTION_NAMES):
         return  # another project's tests, in an environment where attnspec is installed
+    if config.getoption("bench_impl", None) is not None:
+        return  # a bench (conformance.bench.in_pytest): it opens its own workers
     if np.lib.NumpyVersion(np.__version__) >= "2.0.0":
         # Failure messages print values, not NumPy 2's np.float64(...) reprs.
         np.set_printoptions(legacy="1.25")
@@ -241,6 +245,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("bench_impl", None) is not None and any(map(is_conformance_test, items)):
+        raise pytest.UsageError(
+            "attnspec: --bench-impl times an implementation, and judges nothing: run it alone, "
+            "python -m pytest --pyargs conformance.bench.in_pytest --bench-impl SELECTOR"
+        )
     run = config.stash.get(RUN_KEY, None)
     if run is None:
         return

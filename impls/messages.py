@@ -33,7 +33,7 @@ from impls.capabilities import Capabilities
 
 # --- the worker line ---------------------------------------------------------------------------
 
-OPS = ("attention", "attention_weights", "vjp", "merge_states", "timed_attention", "bench_call")
+OPS = ("attention", "attention_weights", "vjp", "merge_states", "bench_call")
 # The ops that return several arrays, and how many; attention does too with return_lse=True.
 SEVERAL_OUTPUTS = {"vjp": 3, "merge_states": 2}
 
@@ -131,11 +131,11 @@ class Answered:
 
 @dataclass(frozen=True)
 class Timed:
-    """timed_attention's and bench_call's answer: each call's seconds by the worker's clock (by
-    CUDA events on a GPU), and bench_call's output, for the judge to check."""
+    """bench_call's answer: the call's seconds by the worker's clock (by CUDA events on a GPU),
+    and its output, for the judge to check."""
 
     seconds: tuple[float, ...]
-    outputs: tuple[OutputArray, ...] = ()
+    outputs: tuple[OutputArray, ...]
 
 
 @dataclass(frozen=True)

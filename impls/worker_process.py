@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from impls.contract import Implementation
 from impls.bench_inputs import fresh_inputs
+from impls.contract import Implementation
 from impls.messages import (
     OPS,
     SEVERAL_OUTPUTS,
@@ -238,8 +238,6 @@ def handle(impl, call: Call) -> Answer:
         return NotChecked(str(exc))
     except BaseException as exc:
         return Broke(f"converting its inputs raised {type(exc).__name__}: {exc}")
-    if call.op == "timed_attention":
-        return timed(impl, natives, **call.keywords)
     before = snapshot(impl, natives)
     try:
         with impl.poisoned_allocations() if call.poison else contextlib.nullcontext():
@@ -281,22 +279,6 @@ def raised(exc: BaseException) -> Raised:
         str(exc),
         "".join(traceback.format_exception(exc)[-12:]),
     )
-
-
-def timed(impl, natives: list, *, repeats: int, settle_seconds: float, **kwargs) -> Answer:
-    """``repeats`` calls of attention on the same inputs, each after ``settle_seconds`` of quiet
-    and timed by this process's clock. An implementation can patch that clock; the judge checks
-    the sum against its own (perf/worker_timing.py)."""
-    seconds = []
-    try:
-        for _ in range(repeats):
-            time.sleep(settle_seconds)
-            started = time.perf_counter()
-            impl.attention(*natives, **kwargs)
-            seconds.append(time.perf_counter() - started)
-    except BaseException as exc:
-        return raised(exc)
-    return Timed(tuple(seconds))
 
 
 def bench_call(

@@ -33,11 +33,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.bench.gates import load_gates
+from conformance.bench.timing import attention_flops
 from conformance.report.tables import text_table
 from impls.cuda_kernels import FLASH_HEAD_DIMS, compile_to_cubin
 from impls.numpy_flash import BLOCK_M, BLOCK_N, key_tiles
-from conformance.bench.gates import load_gates
-from conformance.bench.timing import attention_flops
 
 # NVIDIA H200 SXM datasheet: BF16/FP16 tensor throughput 1,979 TFLOPS with 2:4 sparsity, so 989.5
 # dense; HBM3e 4.8 TB/s; 132 SMs.

@@ -7,13 +7,16 @@ import os
 import numpy as np
 import pytest
 
+from conformance.bench.cli import machine_for as bench_machine_for
+from conformance.bench.gates import Gate
+from conformance.bench.measure import INCONCLUSIVE, PASSES, WrongAnswer, bench_shape
+from conformance.bench.roofline import Machine
+from conformance.bench.shapes import BenchShape
+from conformance.bench.timing import attention_flops
 from conformance.judge.harness import Case, Subject
 from conformance.judge.tolerance import compare_to_oracle
 from conformance.run.worker_clients import ImplementationClient, open_clients
 from impls.registry import RegistryError, resolve
-from conformance.bench.gates import Gate
-from conformance.bench.timing import SETTLE_SECONDS, attention_flops, interleaved
-from perf.worker_timing import BATCH, WorkerClock
 
 WORKER_CLIENTS: list[ImplementationClient] = []  # closed when the run ends (perf/conftest.py)
 
@@ -88,54 +91,67 @@ def validate(impl, case: Case, arrays, native, *, heads_checked: int | None = No
 
 
 def check_gate(
-    gate: Gate, perf_table: list, *, timer=None, unit: str = "GFLOP/s", repeats: int = 21
-) -> float:
-    """Validate the gate's subject and baseline, time them interleaved, add the rows to the
-    table and fail unless the subject's median time is within the gate's ratio; the ratio.
-    Without a ``timer``, each is timed in its own worker, the worker's clock checked against the
-    judge's (perf/worker_timing.py); a CUDA event timer times them in this process."""
-    in_workers = timer is None
-    find = in_worker if in_workers else available
-    subject, baseline = find(gate.subject), find(gate.baseline)
+    gate: Gate, perf_table: list, *, repeats: int = 21, unit: str = "GFLOP/s"
+) -> float | None:
+    """The gate measured as ``attnspec bench --gates`` measures it (conformance.bench: each side
+    in its worker, fresh inputs every call, answers checked, the worker's clock checked by the
+    judge's and the roofline), its rows added to the table; fails where the subject is wrong,
+    the gate FAILS or a timing is not credible, skips where the ratio's interval straddles the
+    gate. The ratio, where there is one."""
+    subject, baseline = in_worker(gate.subject), in_worker(gate.baseline)
+    shape = gate_shape(gate)
+    machine = machine_for(subject.device, gate.dtype)
+    try:
+        result = bench_shape(
+            subject, baseline, shape, gate.dtype, machine, rounds=repeats,
+            causal=gate.causal, max_ratio=gate.max_time_ratio,
+        )  # fmt: skip
+    except WrongAnswer as exc:
+        pytest.fail(f"{gate.id}: {exc}", pytrace=False)
     case = gate_case(gate)
-    calls = {}
-    for impl in (subject, baseline):
-        arrays, native = native_inputs(impl, case)
-        validate(impl, case, arrays, native)
-        if in_workers:
-            calls[impl.name] = WorkerClock(impl, native, case.causal, SETTLE_SECONDS)
-        else:
-            calls[impl.name] = lambda impl=impl, native=native: impl.attention(
-                *native, causal=case.causal, scale=None
-            )
-    if in_workers:  # a batch of calls a round, about as many calls in all
-        rounds = -(-repeats // BATCH)
-        timings = interleaved(calls, timer=WorkerClock.timed, repeats=rounds, warmup=1)
-    else:
-        timings = interleaved(calls, timer=timer, repeats=repeats)
-    for clock in calls.values() if in_workers else ():
-        problem = clock.contradiction()
-        if problem:  # require_timing puts it in the table where timings only report
-            require_timing(False, f"{gate.id}: {problem}", perf_table)
-    ratio = timings[subject.name].median / timings[baseline.name].median
-    verdict = "passes" if ratio <= gate.max_time_ratio else "FAILS"
-    for name in calls:
-        seconds = timings[name].median
+    for side in result.sides:
         perf_table.append(
-            (gate.id, name, shape_text(case), milliseconds(seconds), rate(case, seconds, unit), "")
-        )
+            (gate.id, side.name, shape_text(case), milliseconds(side.median),
+             rate(case, side.median, unit), f"{side.fraction_of_bound:.2f} of the roofline"),
+        )  # fmt: skip
+    for side in result.sides:
+        if side.why_not:  # require_timing puts it in the table where timings only report
+            require_timing(False, f"{gate.id}: {side.why_not}", perf_table)
+    if result.ratio is None:
+        return None
+    r = result.ratio
     perf_table.append(
-        (gate.id, "ratio", "", "", "", f"{ratio:.2f} <= {gate.max_time_ratio:g}: {verdict}")
-    )
+        (gate.id, "ratio", "", "", "", f"{r.median:.2f} [{r.low:.2f}, {r.high:.2f}] <= "
+         f"{gate.max_time_ratio:g}: {result.verdict}"),
+    )  # fmt: skip
+    if result.verdict == INCONCLUSIVE:
+        pytest.skip(
+            f"{gate.id}: inconclusive: the ratio's 95% interval [{r.low:.2f}, {r.high:.2f}] "
+            f"straddles the gate's {gate.max_time_ratio:g} (a noisy machine)"
+        )
     require_timing(
-        ratio <= gate.max_time_ratio,
-        f"{gate.id}: {subject.name} took {ratio:.2f}x {baseline.name}'s median time "
-        f"({milliseconds(timings[subject.name].median)} vs "
-        f"{milliseconds(timings[baseline.name].median)}), but the gate is "
-        f"{gate.describe()}. Why this number: {gate.reason}",
+        result.verdict == PASSES,
+        f"{gate.id}: {subject.name} took {r.median:.2f}x {baseline.name}'s median time "
+        f"(95% interval {r.low:.2f}-{r.high:.2f}), but the gate is {gate.describe()}. Why this "
+        f"number: {gate.reason}",
         perf_table,
     )
-    return ratio
+    return r.median
+
+
+def gate_shape(gate: Gate) -> BenchShape:
+    return BenchShape(
+        gate.id, gate.batch, gate.heads, gate.heads, gate.t, gate.t, gate.head_dim, gate.reason
+    )
+
+
+MACHINES: dict[tuple[str, str], Machine] = {}  # measured once per run
+
+
+def machine_for(device: str, dtype: str) -> Machine:
+    if (device, dtype) not in MACHINES:
+        MACHINES[device, dtype] = bench_machine_for(device, dtype)
+    return MACHINES[device, dtype]
 
 
 REPORT_ONLY_VAR = "ATTNSPEC_TIMINGS"  # "report": a missed gate is reported, not a failure

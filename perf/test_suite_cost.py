@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import conformance.run.fork_server_client as fork_server_client
+from conformance.bench.timing import interleaved, wall_time
 from conformance.run.worker_clients import open_clients
 from perf.measure import milliseconds, require_timing
-from conformance.bench.timing import interleaved, wall_time
 from tests.suite_process import run_suite
 from tests.zoo import load_members
 

@@ -20,6 +20,11 @@ def run_suite(
     )
 
 
+def run_attnspec(*args: str) -> subprocess.CompletedProcess:
+    """The ``attnspec`` command with ARGS (``python -m conformance``), from the repository root."""
+    return run_module("conformance", *args)
+
+
 def run_module(
     module: str, *args: str, timeout: float = 600, env: dict[str, str | None] | None = None
 ) -> subprocess.CompletedProcess:

@@ -15,13 +15,12 @@ import pytest
 
 from conformance import cli
 from conformance.run.options import OPTIONS, add_to_pytest
-from tests.suite_process import ROOT, run_module
+from tests.suite_process import ROOT, run_attnspec
 
 MUTANT = "tests.zoo.mutants:mask_off_by_one"
 
 
-def attnspec(*args: str):
-    return run_module("conformance", *args)
+attnspec = run_attnspec
 
 
 def test_list_shows_every_builtin_and_whether_it_runs_here():

@@ -164,7 +164,8 @@ def _stats(seconds: list[float]) -> dict:
     return {
         "min": ordered[0], "max": ordered[-1], "mean": mean, "stddev": stddev,
         "rounds": len(ordered), "median": statistics.median(ordered), "iqr": iqr, "q1": q1,
-        "q3": q3, "iqr_outliers": sum(1 for s in ordered if s < q1 - 1.5 * iqr or s > q3 + 1.5 * iqr),
+        "q3": q3,
+        "iqr_outliers": sum(1 for s in ordered if not q1 - 1.5 * iqr <= s <= q3 + 1.5 * iqr),
         "stddev_outliers": sum(1 for s in ordered if abs(s - mean) > stddev),
         "outliers": "0;0", "ld15iqr": ordered[0], "hd15iqr": ordered[-1], "ops": 1.0 / mean,
         "total": sum(ordered), "iterations": 1, "data": list(seconds),
@@ -197,7 +198,8 @@ def build_pytest_benchmark_json(results: list[ShapeResult], settings: dict) -> d
         "machine_info": {
             "node": platform.node(), "processor": platform.processor(),
             "machine": platform.machine(), "python_version": platform.python_version(),
-            "python_implementation": platform.python_implementation(), "release": platform.release(),
+            "python_implementation": platform.python_implementation(),
+            "release": platform.release(),
             "system": platform.system(), "cpu": {},
         },
         "commit_info": {},
@@ -241,10 +243,11 @@ def write_sweep_plot(results: list[ShapeResult], png: Path, html: Path | None) -
     plt.close(figure)
     if html is not None:
         image = base64.b64encode(png.read_bytes()).decode("ascii")
-        rows = "\n".join(table_lines(results))
+        rows = html.escape("\n".join(table_lines(results)))
         html.write_text(
             "<!doctype html><meta charset='utf-8'><title>attnspec bench</title>"
-            f"<h1>attnspec bench: throughput against T</h1><img src='data:image/png;base64,{image}'>"
+            "<h1>attnspec bench: throughput against T</h1>"
+            f"<img src='data:image/png;base64,{image}'>"
             f"<pre>{rows}</pre>\n",
             encoding="utf-8",
         )

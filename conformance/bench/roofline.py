@@ -35,8 +35,8 @@ def call_flops(shape, causal: bool) -> float:
 
 def call_bytes(shape, dtype: str) -> float:
     """q, k, v read once and the output written once: the least any kernel moves."""
-    elements = shape.batch * shape.head_dim * (
-        2 * shape.heads * shape.tq + 2 * shape.kv_heads * shape.tk
+    elements = (
+        shape.batch * shape.head_dim * (2 * shape.heads * shape.tq + 2 * shape.kv_heads * shape.tk)
     )
     return float(elements * ITEM_SIZE[dtype])
 
@@ -95,11 +95,12 @@ def measure_cpu(dtype: str) -> Machine:
 # Rated dense peaks (the vendors' data sheets, SXM parts; FLOP/s without sparsity) and memory
 # bandwidth. float32 is the CUDA cores' rate: a kernel on TF32 tensor cores would beat it, and
 # TF32 is not float32 arithmetic.
+HOPPER = {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12, "float64": 34e12}
 RATED_GPUS = {
-    "H200": ({"bfloat16": 989e12, "float16": 989e12, "float32": 67e12, "float64": 34e12}, 4.8e12),
-    "H100": ({"bfloat16": 989e12, "float16": 989e12, "float32": 67e12, "float64": 34e12}, 3.35e12),
-    "A100": ({"bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12, "float64": 9.7e12}, 2.0e12),
-}  # fmt: skip
+    "H200": (HOPPER, 4.8e12),
+    "H100": (HOPPER, 3.35e12),
+    "A100": ({"bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12, "float64": 9.7e12}, 2e12),
+}
 
 
 def rated_gpu(device_name: str, dtype: str) -> Machine | None:

@@ -48,7 +48,9 @@ NAMED_SHAPES = {
             "andrea-batch8", 8, 12, 12, 1024, 1024, 64,
             "the GPU gate's shape (perf/gates.toml): ANDREA-120M's layer, a batch of 8",
         ),
-        BenchShape("llama3-8b-prefill", 1, 32, 8, 4096, 4096, 128, f"{LLAMA3_8B}, a 4096-token prefill"),
+        BenchShape(
+            "llama3-8b-prefill", 1, 32, 8, 4096, 4096, 128, f"{LLAMA3_8B}, a 4096-token prefill"
+        ),
         BenchShape(
             "llama3-8b-decode", 16, 32, 8, 1, 4096, 128,
             f"{LLAMA3_8B}, one decoding step of a batch of 16 against 4096 cached keys",
@@ -88,9 +90,7 @@ def parse_shape(text: str) -> BenchShape:
         )
     batch, heads, kv_heads, tq, tk, head_dim = numbers
     if heads % kv_heads:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: H={heads} is not a multiple of Hkv={kv_heads}"
-        )
+        raise argparse.ArgumentTypeError(f"{text!r}: H={heads} is not a multiple of Hkv={kv_heads}")
     return BenchShape(text, batch, heads, kv_heads, tq, tk, head_dim, "given on the command line")
 
 

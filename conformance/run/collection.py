@@ -16,6 +16,7 @@ from conformance.run.selection import Selected
 from spec.catalogue import Catalogue
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent.parent
+BENCH_DIR = CONFORMANCE_DIR / "bench"  # attnspec bench's own test is no conformance test
 CLAIM_MARKER = "claim"
 
 
@@ -36,7 +37,8 @@ def is_conformance_test(item: pytest.Item) -> bool:
 @functools.cache
 def _under_conformance(path: Path) -> bool:
     # Cached: asked three times per test, and resolving a path reads the file system each time.
-    return CONFORMANCE_DIR in Path(path).resolve().parents
+    parents = Path(path).resolve().parents
+    return CONFORMANCE_DIR in parents and BENCH_DIR not in parents
 
 
 def suite_test_id(item: pytest.Item) -> str:

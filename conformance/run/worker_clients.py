@@ -313,9 +313,6 @@ class InProcessChannel:
         pass
 
 
-TIMED_OPS = ("timed_attention", "bench_call")
-
-
 class ImplementationClient:
     """An implementation under test, seen from the judge. See the module docstring."""
 
@@ -405,19 +402,6 @@ class ImplementationClient:
 
     def attention_weights(self, q, k, *, causal: bool = True, scale: float | None = None):
         return self.request("attention_weights", [q, k], causal=causal, scale=scale)
-
-    def timed_attention(
-        self, q, k, v, *, repeats: int, settle_seconds: float, causal=True, scale=None
-    ) -> list[float]:
-        """``repeats`` calls on the same inputs, each timed by the worker's clock (seconds)."""
-        return self.request(
-            "timed_attention",
-            [q, k, v],
-            repeats=repeats,
-            settle_seconds=settle_seconds,
-            causal=causal,
-            scale=scale,
-        )
 
     def bench_call(
         self, seed: int, dims: tuple, dtype: str, *, echo: bool = False, flush_cache: bool = True,
@@ -545,14 +529,12 @@ class ImplementationClient:
             raise ImplementationBroke(f"{self.name} broke the contract in {op}(): {answer.message}")
         if isinstance(answer, NotChecked):
             raise LayoutNotChecked(answer.why)
-        if isinstance(answer, Timed) != (op in TIMED_OPS):
+        if isinstance(answer, Timed) != (op == "bench_call"):
             raise ImplementationBroke(f"{self.name}'s worker answered {op}() with a {answer}")
-        if isinstance(answer, Timed) and op == "bench_call":
+        if isinstance(answer, Timed):
             if len(answer.seconds) != 1 or len(answer.outputs) != 1:
                 raise ImplementationBroke(f"{self.name}'s worker answered bench_call with {answer}")
             return answer.seconds[0], answer.outputs[0]
-        if isinstance(answer, Timed):
-            return list(answer.seconds)
         return answer.outputs if len(answer.outputs) > 1 else answer.outputs[0]
 
     @staticmethod

@@ -28,9 +28,3 @@ def halves_its_clock(q, k, v, *, causal=True, scale=None):
     """Makes time.perf_counter run at half speed in its worker."""
     time.perf_counter = _half_speed
     return correct(q, k, v, causal=causal, scale=scale)
-
-
-def sleeps_through_its_pauses(q, k, v, *, causal=True, scale=None):
-    """Replaces time.sleep by nothing, so the pauses it is said to have kept take no time."""
-    time.sleep = lambda seconds: None
-    return correct(q, k, v, causal=causal, scale=scale)

@@ -1,0 +1,367 @@
+"""``attnspec bench``: a speed verdict for any implementation against what its user would call
+instead, at the shapes real models run, in numbers a shared machine cannot fake.
+
+Exit status: 0 when every gate passes (or there is none and every timing is credible), 1 when a
+gate FAILS, an answer is wrong or a timing is not credible, 2 on a usage error, 3 when a gate is
+inconclusive (the ratio's interval straddles it) and nothing failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance.bench.gates import Gate, load_gates
+from conformance.bench.measure import (
+    CHECK_SHARE,
+    FAILS,
+    INCONCLUSIVE,
+    NOT_CREDIBLE,
+    PASSES,
+    ShapeResult,
+    WrongAnswer,
+    bench_shape,
+)
+from conformance.bench.report import (
+    build_json,
+    build_pytest_benchmark_json,
+    table_lines,
+    write_json,
+    write_sweep_plot,
+)
+from conformance.bench.roofline import Machine, measure_cpu, rated_gpu
+from conformance.bench.shapes import NAMED_SHAPES, BenchShape, parse_shape, parse_sweep
+from conformance.bench.timing import SETTLE_SECONDS
+from conformance.run.worker_clients import ImplementationClient, WorkerSetup, open_clients
+from impls.registry import RegistryError
+from spec.dtypes import DTYPES
+
+DEFAULT_BASELINES = {"cpu": "torch_sdpa", "cuda": "torch_sdpa_cuda"}
+DEFAULT_DTYPES = {"cpu": "float32", "cuda": "bfloat16"}
+DEFAULT_ROUNDS = 15
+EXIT_PASSES, EXIT_FAILS, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+
+
+def positive_ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a ratio is a number above 0, such as 1.5")
+    return value
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of at least 1")
+    return int(text)
+
+
+def add_bench_parser(commands) -> None:
+    bench = commands.add_parser(
+        "bench",
+        help="time an implementation against its baseline: a speed verdict that cannot be faked",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench.add_argument(
+        "--impl",
+        required=True,
+        metavar="SELECTOR",
+        help="what to time: a built-in, package.module:attr, or path/to/file.py:attr",
+    )
+    bench.add_argument(
+        "--baseline",
+        metavar="SELECTOR",
+        help="what it is compared with (default: torch_sdpa on the CPU, "
+        "torch_sdpa_cuda on a GPU); 'none' times the implementation alone",
+    )
+    bench.add_argument(
+        "--shape",
+        action="append",
+        type=parse_shape,
+        metavar="NAME|B,H,Hkv,Tq,Tk,D",
+        help=f"a named shape ({', '.join(NAMED_SHAPES)}) or six integers; "
+        "repeat for several (default: andrea)",
+    )
+    bench.add_argument(
+        "--sweep",
+        type=parse_sweep,
+        metavar="T=L1,L2,...",
+        help="time the shape at each length T (Tq = Tk), and plot throughput",
+    )
+    bench.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        metavar="DTYPE",
+        help="float64, float32, float16 or bfloat16 (default: float32 on the CPU, "
+        "bfloat16 on a GPU)",
+    )
+    bench.add_argument(
+        "--max-ratio",
+        type=positive_ratio,
+        metavar="R",
+        help="the gate: the implementation's median time at most R times the "
+        "baseline's (default: no gate, the ratio is reported)",
+    )
+    bench.add_argument(
+        "--gates",
+        type=Path,
+        metavar="FILE",
+        help="gates in perf/gates.toml's schema: each one whose device matches is "
+        "measured, its subject and baseline as the file names them",
+    )
+    bench.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=DEFAULT_ROUNDS,
+        metavar="N",
+        help=f"timed calls of each implementation per shape (default {DEFAULT_ROUNDS})",
+    )
+    bench.add_argument(
+        "--warm",
+        action="store_true",
+        help="on a GPU, leave the L2 cache warm between calls (default: flushed)",
+    )
+    bench.add_argument(
+        "--report-json",
+        type=Path,
+        metavar="PATH",
+        help="write the results as JSON (schema attnspec-bench/1)",
+    )
+    bench.add_argument(
+        "--benchmark-json",
+        type=Path,
+        metavar="PATH",
+        help="write them as pytest-benchmark's JSON, for pytest-benchmark compare",
+    )
+    bench.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PNG",
+        help="with --sweep: the throughput plot (default: attnspec-sweep.png)",
+    )
+    bench.add_argument(
+        "--report-html",
+        type=Path,
+        metavar="PATH",
+        help="with --sweep: an HTML page with the plot and the table",
+    )
+    bench.add_argument(
+        "--impl-path",
+        action="append",
+        metavar="DIR",
+        help="a directory the implementation's modules are found in (repeatable)",
+    )
+    bench.set_defaults(handler=command_bench)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one bench measures: each item a subject, a baseline (or None), shapes and a gate."""
+
+    subject: str
+    baseline: str | None
+    shapes: list[BenchShape]
+    dtype: str | None
+    max_ratio: float | None
+    gate_id: str | None = None
+    device: str | None = None  # a gate's; None: wherever the subject runs
+
+
+def plans_of(options: argparse.Namespace, gates: list[Gate]) -> list[Plan]:
+    if gates:
+        return [
+            Plan(
+                gate.subject, gate.baseline,
+                [BenchShape(gate.id, gate.batch, gate.heads, gate.heads, gate.t, gate.t,
+                            gate.head_dim, gate.reason)],
+                gate.dtype, gate.max_time_ratio, gate.id, gate.device,
+            )
+            for gate in gates
+        ]  # fmt: skip
+    shapes = options.shape or [NAMED_SHAPES["andrea"]]
+    if options.sweep:
+        shapes = [shape.at_length(t) for shape in shapes for t in options.sweep]
+    baseline = None if options.baseline == "none" else options.baseline
+    return [Plan(options.impl, baseline or "", shapes, options.dtype, options.max_ratio)]
+
+
+def refusal(client: ImplementationClient, shape: BenchShape, dtype: str) -> str | None:
+    """Why ``client`` cannot be timed at ``shape`` in ``dtype``, or None."""
+    caps = client.capabilities
+    if client.unavailable_reason():
+        return f"{client.name} cannot run here: {client.unavailable_reason()}"
+    if dtype not in caps.dtypes:
+        return f"{client.name} does not declare {dtype} (it declares {', '.join(caps.dtypes)})"
+    if not caps.supports_head_dim(shape.head_dim):
+        return f"{client.name} does not declare head dim {shape.head_dim}"
+    if shape.tq != shape.tk and not caps.cross_length:
+        return f"{client.name} does not declare Tq != Tk"
+    needed = (["gqa"] if shape.kv_heads != shape.heads else []) + [
+        {"window": "window", "page_size": "paged"}[keyword] for keyword in shape.keywords
+    ]
+    missing = [feature for feature in needed if not caps.declares(feature)]
+    if missing:
+        return f"{client.name} does not declare {', '.join(missing)}, which {shape.name} needs"
+    return None
+
+
+def gpu_clocks() -> dict | None:
+    """The GPU's clocks as nvidia-smi reports them now (a throttled GPU times slow), or None."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    fields = "name,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,temperature.gpu,power.draw"
+    run = subprocess.run(
+        ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    if run.returncode != 0:
+        return None
+    values = [value.strip() for value in run.stdout.splitlines()[0].split(",")]
+    return dict(zip(fields.split(","), values, strict=False))
+
+
+def machine_for(device: str, dtype: str) -> Machine:
+    if device != "cuda":
+        return measure_cpu(dtype)
+    clocks = gpu_clocks() or {}
+    name = clocks.get("name", "an unnamed GPU")
+    rated = rated_gpu(name, dtype)
+    if rated is None:
+        raise RegistryError(
+            f"no rated figures for {name}: a GPU bench checks every time against its roofline, "
+            "and knows H200, H100 and A100 (conformance/bench/roofline.py)"
+        )
+    return rated
+
+
+class BenchUsageError(Exception):
+    """A bench asked for something it cannot do; the message says what."""
+
+
+@dataclass
+class BenchRun:
+    results: list[ShapeResult]
+    problems: list[str]  # wrong answers, shapes not timed, timings not credible
+    skipped: list[str]  # gates for a device that is not here
+    machine: Machine | None
+    settings: dict
+    status: int
+
+
+def command_bench(options: argparse.Namespace) -> int:
+    from conformance.cli import usage_error
+
+    try:
+        run = run_bench(options)
+    except BenchUsageError as exc:
+        return usage_error(str(exc))
+    print(f"attnspec bench: {run.machine.source if run.machine else 'nothing measured'}")
+    for line in table_lines(run.results):
+        print(line)
+    for line in [*run.skipped, *run.problems]:
+        print(f"attnspec bench: {line}")
+    if options.sweep and run.results:
+        png = options.plot or Path("attnspec-sweep.png")
+        why_no_plot = write_sweep_plot(run.results, png, options.report_html)
+        print(f"attnspec bench: {why_no_plot or f'throughput against T in {png}'}")
+    if options.report_json and run.machine is not None:
+        clocks = gpu_clocks() if run.machine.kind != "cpu" else None
+        data = build_json(run.results, run.machine, run.settings, run.problems, run.status, clocks)
+        write_json(options.report_json, data)
+    if options.benchmark_json:
+        write_json(options.benchmark_json, build_pytest_benchmark_json(run.results, run.settings))
+    return run.status
+
+
+def run_bench(options: argparse.Namespace) -> BenchRun:
+    """Measure what ``options`` (attnspec bench's) ask for; BenchUsageError where they cannot
+    be measured as asked."""
+    from conformance.cli import absolute_selector
+
+    if (getattr(options, "plot", None) or getattr(options, "report_html", None)) and not (
+        options.sweep
+    ):
+        raise BenchUsageError("--plot and --report-html draw a sweep: give --sweep T=... too")
+    gates: list[Gate] = []
+    if getattr(options, "gates", None) is not None:
+        try:
+            gates = load_gates(options.gates)
+        except (OSError, ValueError) as exc:
+            raise BenchUsageError(f"--gates {options.gates}: {exc}") from None
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    paths = [*(getattr(options, "impl_path", None) or ()), os.getcwd()]
+    setup = WorkerSetup(impl_paths=tuple(paths), budget_seconds=None)
+    results: list[ShapeResult] = []
+    problems: list[str] = []
+    machine = None
+    machines: dict[tuple[str, str], Machine] = {}
+    skipped: list[str] = []  # gates for a device that is not here: said, not failed
+    clients: dict[str, ImplementationClient] = {}
+
+    def client(selector: str) -> ImplementationClient:
+        if selector not in clients:
+            (clients[selector],) = open_clients([absolute_selector(selector)], setup=setup)
+        return clients[selector]
+
+    try:
+        for plan in plans_of(options, gates):
+            if plan.device == "cuda" and gpu_clocks() is None:
+                skipped.append(f"{plan.gate_id}: not measured: a gate for a GPU, and none is here")
+                continue
+            subject = client(plan.subject)
+            device = subject.device if subject.device in DEFAULT_BASELINES else "cpu"
+            baseline_name = plan.baseline if plan.baseline != "" else DEFAULT_BASELINES[device]
+            baseline = client(baseline_name) if baseline_name else None
+            dtype = plan.dtype or DEFAULT_DTYPES[device]
+            if (device, dtype) not in machines:
+                machines[device, dtype] = machine_for(device, dtype)
+            machine = machines[device, dtype]
+            for shape in plan.shapes:
+                why = refusal(subject, shape, dtype) or (
+                    baseline is not None and refusal(baseline, shape, dtype)
+                )
+                if why:
+                    problems.append(f"{shape.name}: not timed: {why}")
+                    continue
+                try:
+                    results.append(
+                        bench_shape(
+                            subject, baseline, shape, dtype, machine, rounds=options.rounds,
+                            warm=options.warm, max_ratio=plan.max_ratio,
+                        )
+                    )  # fmt: skip
+                except WrongAnswer as exc:
+                    problems.append(f"{shape.name}: {exc}")
+    except RegistryError as exc:
+        raise BenchUsageError(str(exc)) from None
+    finally:
+        for opened in clients.values():
+            opened.close()
+    for result in results:
+        for side in result.sides:
+            if side.why_not:
+                problems.append(f"{result.shape.name}: {side.why_not}")
+    verdicts = [r.verdict for r in results if r.verdict is not None]
+    settings = {
+        "dtype": results[0].dtype if results else None, "causal": True,
+        "rounds": options.rounds, "warm": options.warm, "settle_seconds": SETTLE_SECONDS,
+        "check_share": CHECK_SHARE, "started": started,
+    }  # fmt: skip
+    return BenchRun(results, problems, skipped, machine, settings, exit_status(verdicts, problems))
+
+
+def exit_status(verdicts: list[str], problems: list[str]) -> int:
+    if problems or FAILS in verdicts or NOT_CREDIBLE in verdicts:
+        return EXIT_FAILS
+    if INCONCLUSIVE in verdicts:
+        return EXIT_INCONCLUSIVE
+    assert all(verdict == PASSES for verdict in verdicts), verdicts
+    return EXIT_PASSES

@@ -1,0 +1,57 @@
+"""Kernels that try to look fast to a bench without being fast: each a published trick, each
+correct when it computes (conformance.bench.measure says what defeats each one). Each says on
+its stdout when its trick worked, so that a test sees the trick succeed with its defence off."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from tests.planted.clock import correct, halves_its_clock  # noqa: F401  # the clock's trick
+
+_answers: dict[bytes, np.ndarray] = {}
+
+
+def caches_answers_by_input(q, k, v, *, causal=True, scale=None):
+    """Keeps every answer under its inputs' bytes and returns it again for the same inputs."""
+    key = q.tobytes() + k.tobytes() + v.tobytes()
+    if key in _answers:
+        print("cheat: an answer from the cache")
+        return _answers[key].copy()
+    _answers[key] = correct(q, k, v, causal=causal, scale=scale)
+    return _answers[key].copy()
+
+
+_calls = [0]
+
+
+def garbage_after_its_first_call(q, k, v, *, causal=True, scale=None):
+    """Right on its first call, where a check is most likely; zeros, at no cost, after it."""
+    _calls[0] += 1
+    if _calls[0] == 1:
+        return correct(q, k, v, causal=causal, scale=scale)
+    print("cheat: garbage returned")
+    return np.zeros((*q.shape[:-1], v.shape[-1]), q.dtype)
+
+
+_deferring = [0]
+
+
+def fills_its_answer_on_a_thread(q, k, v, *, causal=True, scale=None):
+    """Right on its first call; after it, returns an empty array at once and computes into it on
+    a thread, after the timer stopped and while the judge pauses between calls: work deferred
+    past the timer."""
+    _deferring[0] += 1
+    if _deferring[0] == 1:
+        return correct(q, k, v, causal=causal, scale=scale)
+    out = np.zeros((*q.shape[:-1], v.shape[-1]), q.dtype)
+
+    def later():
+        time.sleep(0.05)
+        out[...] = correct(q, k, v, causal=causal, scale=scale)
+
+    threading.Thread(target=later, daemon=True).start()
+    print("cheat: answer deferred to a thread")
+    return out

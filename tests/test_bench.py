@@ -1,0 +1,178 @@
+"""attnspec bench: its verdicts, and a speed no kernel can fake. Each cheat of
+tests/planted/cheats.py is caught with its defence on, and seen succeeding with it off; no test
+here passes or fails on how fast anything ran."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from conformance.bench.cli import EXIT_FAILS, EXIT_INCONCLUSIVE, EXIT_PASSES, exit_status
+from conformance.bench.measure import (
+    FAILS,
+    INCONCLUSIVE,
+    PASSES,
+    RatioInterval,
+    TimedSide,
+    WrongAnswer,
+    bench_shape,
+    gate_verdict,
+    ratio_interval,
+)
+from conformance.bench.roofline import Machine, call_bytes, call_flops
+from conformance.bench.shapes import NAMED_SHAPES, BenchShape, parse_shape
+from conformance.run.worker_clients import open_clients
+from tests.suite_process import run_attnspec as attnspec
+
+CHEATS = "tests.planted.cheats"
+SMALL = BenchShape("small", 1, 2, 2, 64, 64, 16, "a test's")
+# Calls of tens of milliseconds, which a clock at half speed shifts beyond the line's noise.
+MEDIUM = BenchShape("medium", 1, 8, 8, 1024, 1024, 64, "a test's")
+# A roofline no call comes near: the tests not about it never meet it.
+UNBOUNDED = Machine("cpu", 1e18, 1e18, "a machine no call comes near")
+
+
+def bench(selector: str, shape: BenchShape = SMALL, rounds: int = 4, machine=UNBOUNDED, **switches):
+    """(the bench's result or the WrongAnswer it raised, what the implementation printed)."""
+    [client] = open_clients([selector])
+    try:
+        try:
+            outcome = bench_shape(
+                client, None, shape, "float32", machine, rounds=rounds, settle_seconds=0.01,
+                side_options=switches,
+            )  # fmt: skip
+        except WrongAnswer as exc:
+            outcome = exc
+        return outcome, client.take_output()
+    finally:
+        client.close()
+
+
+def test_answers_cached_by_input_gain_nothing():
+    result, printed = bench(f"{CHEATS}:caches_answers_by_input")
+    assert "from the cache" not in printed, printed
+    assert result.subject.credible, result.subject.why_not
+    # its defence off, every timed call is a cache hit
+    _, printed = bench(f"{CHEATS}:caches_answers_by_input", fresh_inputs=False)
+    assert printed.count("cheat: an answer from the cache") == 4, printed  # the 4 timed calls
+
+
+def test_garbage_on_timed_calls_is_checked_without_warning():
+    outcome, _ = bench(f"{CHEATS}:garbage_after_its_first_call")
+    assert isinstance(outcome, WrongAnswer), outcome
+    assert "is wrong in timed call" in str(outcome)
+    # its defence off (no timed answer checked), the garbage goes through
+    outcome, printed = bench(f"{CHEATS}:garbage_after_its_first_call", check_share=0.0)
+    assert not isinstance(outcome, WrongAnswer), outcome
+    assert "cheat: garbage returned" in printed
+
+
+def test_work_deferred_past_the_timer_is_a_wrong_answer():
+    outcome, _ = bench(f"{CHEATS}:fills_its_answer_on_a_thread")
+    assert isinstance(outcome, WrongAnswer), outcome
+    outcome, printed = bench(f"{CHEATS}:fills_its_answer_on_a_thread", check_share=0.0)
+    assert not isinstance(outcome, WrongAnswer), outcome
+    assert "cheat: answer deferred to a thread" in printed
+    assert outcome.subject.credible
+
+
+def test_a_patched_clock_is_not_credible():
+    result, _ = bench(f"{CHEATS}:halves_its_clock", MEDIUM, rounds=5)
+    assert not result.subject.credible
+    assert result.subject.why_not.startswith("timing not credible"), result.subject.why_not
+    assert "the judge's clock puts it at" in result.subject.why_not
+    result, _ = bench(f"{CHEATS}:halves_its_clock", MEDIUM, rounds=5, judge_clock=False)
+    assert result.subject.credible, result.subject.why_not
+
+
+def test_a_time_below_the_roofline_is_not_credible_whatever_the_clocks_say():
+    slow_machine = Machine("cpu", 1.0, 1.0, "a machine of one FLOP and one byte a second")
+    result, _ = bench("tests.planted.clock:correct", machine=slow_machine)
+    assert not result.subject.credible
+    assert "below the least time the machine allows" in result.subject.why_not
+
+
+def test_the_roofline_counts_the_flops_and_bytes_of_the_call():
+    andrea = NAMED_SHAPES["andrea"]
+    assert call_flops(andrea, causal=True) == 4 * 12 * 1024 * 1024 * 64 / 2
+    assert call_bytes(andrea, "float32") == 4 * 4 * 12 * 1024 * 64
+    decode = NAMED_SHAPES["llama3-8b-decode"]  # k and v of 8 heads of 4096 keys dominate
+    assert call_bytes(decode, "bfloat16") == 2 * 16 * 128 * (2 * 32 * 1 + 2 * 8 * 4096)
+    machine = Machine("cpu", 1e11, 1e10, "")
+    assert machine.bound_seconds(1e11, 1e9) == 1.0
+    assert machine.bound_seconds(1e9, 1e11) == 10.0
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "verdict"),
+    [(0.8, 0.95, PASSES), (1.02, 1.3, FAILS), (0.9, 1.1, INCONCLUSIVE)],
+)
+def test_the_gate_passes_fails_or_says_it_cannot_tell(low, high, verdict):
+    assert gate_verdict(RatioInterval((low + high) / 2, low, high), max_ratio=1.0) == verdict
+
+
+def test_a_ratio_interval_from_noisy_rounds_straddles_a_gate_near_it():
+    subject = [1.0, 1.3, 0.9, 1.2, 1.1, 0.8, 1.25, 0.95]  # synthetic seconds, no timing
+    baseline = [1.0] * 8
+    interval = ratio_interval(subject, baseline)
+    assert interval.low < 1.05 < interval.high
+    assert gate_verdict(interval, 1.05) == INCONCLUSIVE
+    assert exit_status([INCONCLUSIVE], []) == EXIT_INCONCLUSIVE
+    assert exit_status([PASSES, INCONCLUSIVE], ["a wrong answer"]) == EXIT_FAILS
+    assert exit_status([PASSES], []) == EXIT_PASSES
+
+
+def test_a_gate_file_with_a_gate_the_subject_cannot_meet_fails_the_run(tmp_path):
+    gates = tmp_path / "gates.toml"
+    gates.write_text(
+        '[[gate]]\nid = "IMPOSSIBLE"\ndevice = "cpu"\nsubject = "numpy"\nbaseline = "numpy"\n'
+        'shape = { batch = 1, heads = 2, t = 64, head_dim = 16 }\ndtype = "float32"\n'
+        'causal = true\nmax_time_ratio = 0.01\nreason = "no implementation is 100x faster '
+        'than itself"\n'
+    )
+    report = tmp_path / "bench.json"
+    run = attnspec("bench", "--impl", "numpy", "--gates", str(gates), "--rounds", "5",
+                   "--report-json", str(report))  # fmt: skip
+    assert run.returncode == EXIT_FAILS, run.stdout + run.stderr
+    assert "vs <= 0.01: FAILS" in run.stdout
+    data = json.loads(report.read_text())
+    assert data["schema"] == "attnspec-bench/1"
+    [result] = data["results"]
+    assert result["verdict"] == FAILS
+    assert [side["name"] for side in result["implementations"]] == ["numpy", "numpy"]
+    assert result["implementations"][0]["answers_checked"] >= 2
+
+
+def test_bad_options_get_a_clear_error():
+    run = attnspec("bench", "--impl", "numpy", "--shape", "1,2,3")
+    assert run.returncode == 2
+    assert "is neither a named shape" in run.stderr
+    run = attnspec("bench", "--impl", "numpy", "--max-ratio", "-1")
+    assert run.returncode == 2
+    assert "a ratio is a number above 0" in run.stderr
+    run = attnspec("bench", "--impl", "no_such_module:attention", "--baseline", "none")
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "no_such_module" in run.stderr
+
+
+def test_named_shapes_say_where_they_come_from_and_custom_ones_parse():
+    assert all(shape.source for shape in NAMED_SHAPES.values())
+    assert parse_shape("2,32,8,1,4096,128").dims == (2, 32, 8, 1, 4096, 128)
+
+
+def side_with(reported: list[float], judged: list[float]) -> TimedSide:
+    """A TimedSide holding these measurements, without a worker (no timing here decides)."""
+    side = TimedSide.__new__(TimedSide)
+    side.client, side.echoes, side.judge_clock = SimpleNamespace(name="k"), [0.003], True
+    side.seconds, side.judged = reported, judged
+    return side
+
+
+def test_what_the_judges_clock_allows_and_what_it_contradicts():
+    calls = [0.030, 0.031, 0.029, 0.030, 0.032]  # judged: each request less the line before it
+    assert side_with(calls, [c + 0.001 for c in calls]).contradiction() is None  # the line
+    assert side_with(calls, [c * 1.4 for c in calls]).contradiction() is None  # a busy machine
+    assert side_with(calls, [c * 2 for c in calls]).contradiction()  # a clock at half speed
+    assert side_with(calls, [c * 0.7 for c in calls]).contradiction()  # shorter than reported
