@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance.bench.options import add_bench_options
+from conformance.bench.options import add_bench_options, is_bench_run
 from conformance.judge.harness import Document, Subject
 from conformance.judge.preflight import broken_implementations
 from conformance.judge.truth import TRUTH
@@ -94,7 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if not is_attnspec_run(config, OPTION_NAMES):
         return  # another project's tests, in an environment where attnspec is installed
-    if config.getoption("bench_impl", None) is not None:
+    if is_bench_run(config):
         return  # a bench (conformance.bench.in_pytest): it opens its own workers
     if np.lib.NumpyVersion(np.__version__) >= "2.0.0":
         # Failure messages print values, not NumPy 2's np.float64(...) reprs.
@@ -245,9 +245,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("bench_impl", None) is not None and any(map(is_conformance_test, items)):
+    if is_bench_run(config) and any(map(is_conformance_test, items)):
         raise pytest.UsageError(
-            "attnspec: --bench-impl times an implementation, and judges nothing: run it alone, "
+            "attnspec: a bench times an implementation, and judges nothing: run it alone, "
             "python -m pytest --pyargs conformance.bench.in_pytest --bench-impl SELECTOR"
         )
     run = config.stash.get(RUN_KEY, None)

@@ -12,19 +12,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec.dtypes import round_to
+from spec.dtypes import rounded_in_storage
+
+HALF_WIDTH = 3**0.5  # uniform on [-sqrt(3), sqrt(3)): mean 0, variance 1, as randn's
 
 
 def fresh_inputs(
     seed: int, dims: tuple[int, int, int, int, int, int], dtype: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Standard-normal q (B, H, Tq, D), k and v (B, Hkv, Tk, D) as float64 exact in ``dtype``,
-    for ``dims`` = (B, H, Hkv, Tq, Tk, D)."""
+    """q (B, H, Tq, D), k and v (B, Hkv, Tk, D) for ``dims`` = (B, H, Hkv, Tq, Tk, D), drawn
+    uniformly with variance 1, exact in ``dtype`` and held in spec.dtypes.numpy_storage(dtype).
+
+    Uniform, not normal: the draw is part of every request's cost, which the judge measures and
+    subtracts from its clock, so the cheaper and steadier the better (ANDREA's three arrays:
+    5 ms uniform against 23 ms normal, in float32 on a 2-core machine)."""
     batch, heads, kv_heads, tq, tk, head_dim = dims
     rng = np.random.default_rng(seed)
-    # float32 draws for every dtype but float64: half the time of float64 draws at large shapes
     draw_dtype = np.float64 if dtype == "float64" else np.float32
-    shapes = ((batch, heads, tq, head_dim), (batch, kv_heads, tk, head_dim))
-    q = rng.standard_normal(shapes[0], dtype=draw_dtype)
-    k, v = (rng.standard_normal(shapes[1], dtype=draw_dtype) for _ in range(2))
-    return tuple(round_to(x.astype(np.float64), dtype) for x in (q, k, v))
+    shapes = ((batch, heads, tq, head_dim), (batch, kv_heads, tk, head_dim), None)
+    drawn = []
+    for shape in shapes:
+        x = rng.random(shape or shapes[1], dtype=draw_dtype)  # [0, 1)
+        x -= 0.5
+        x *= 2 * HALF_WIDTH
+        drawn.append(rounded_in_storage(x, dtype))
+    return tuple(drawn)

@@ -66,7 +66,8 @@ class Description:
 
 @dataclass(frozen=True)
 class InputArray:
-    """A test input: float64 values exact in ``dtype``, which the worker converts."""
+    """A test input: values exact in ``dtype`` (float64, or spec.dtypes.numpy_storage(dtype) for
+    a bench's draws), which the worker converts."""
 
     array: np.ndarray
     dtype: str

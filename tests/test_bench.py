@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from conformance.bench.cli import EXIT_FAILS, EXIT_INCONCLUSIVE, EXIT_PASSES, exit_status
+from conformance.bench.gates import GATES_PATH
 from conformance.bench.measure import (
     FAILS,
     INCONCLUSIVE,
@@ -155,6 +156,15 @@ def test_bad_options_get_a_clear_error():
     run = attnspec("bench", "--impl", "no_such_module:attention", "--baseline", "none")
     assert run.returncode == 2, run.stdout + run.stderr
     assert "no_such_module" in run.stderr
+    run = attnspec("bench")
+    assert run.returncode == 2
+    assert "give --impl SELECTOR (what to time), or --gates FILE" in run.stderr
+    run = attnspec("bench", "--gates", str(GATES_PATH), "--shape", "andrea", "--max-ratio", "2")
+    assert run.returncode == 2
+    assert "--shape and --max-ratio beside --gates" in run.stderr
+    run = attnspec("bench", "--gates", str(GATES_PATH), "--impl", "mykernel:attention")
+    assert run.returncode == 2
+    assert "has no gate for mykernel:attention (its subjects: cupy_flash, numpy)" in run.stderr
 
 
 def test_named_shapes_say_where_they_come_from_and_custom_ones_parse():

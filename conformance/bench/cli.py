@@ -72,9 +72,9 @@ def add_bench_parser(commands) -> None:
     )
     bench.add_argument(
         "--impl",
-        required=True,
         metavar="SELECTOR",
-        help="what to time: a built-in, package.module:attr, or path/to/file.py:attr",
+        help="what to time: a built-in, package.module:attr, or path/to/file.py:attr "
+        "(with --gates: only that file's gates for it)",
     )
     bench.add_argument(
         "--baseline",
@@ -114,8 +114,8 @@ def add_bench_parser(commands) -> None:
         "--gates",
         type=Path,
         metavar="FILE",
-        help="gates in perf/gates.toml's schema: each one whose device matches is "
-        "measured, its subject and baseline as the file names them",
+        help="gates in perf/gates.toml's schema: each one whose device is here is "
+        "measured at its shape, against its baseline, as the file says (default: none)",
     )
     bench.add_argument(
         "--rounds",
@@ -162,6 +162,10 @@ def add_bench_parser(commands) -> None:
     bench.set_defaults(handler=command_bench)
 
 
+class BenchUsageError(Exception):
+    """A bench asked for something it cannot do; the message says what."""
+
+
 @dataclass(frozen=True)
 class Plan:
     """What one bench measures: each item a subject, a baseline (or None), shapes and a gate."""
@@ -171,20 +175,42 @@ class Plan:
     shapes: list[BenchShape]
     dtype: str | None
     max_ratio: float | None
+    causal: bool = True
     gate_id: str | None = None
     device: str | None = None  # a gate's; None: wherever the subject runs
 
 
+# What a gate file fixes for each of its gates, and so may not be asked for beside it.
+SET_BY_A_GATE = ("baseline", "shape", "sweep", "dtype", "max_ratio")
+
+
 def plans_of(options: argparse.Namespace, gates: list[Gate]) -> list[Plan]:
+    """What to measure: the gates of --gates (those of --impl alone where it is given), or
+    --impl at the shapes asked for. BenchUsageError where the options contradict."""
+    if options.impl is None and not gates:
+        raise BenchUsageError("give --impl SELECTOR (what to time), or --gates FILE")
     if gates:
+        beside = [f"--{name.replace('_', '-')}" for name in SET_BY_A_GATE if getattr(options, name)]
+        if beside:
+            raise BenchUsageError(
+                f"{' and '.join(beside)} beside --gates: a gate names its own baseline, shape, "
+                "dtype and ratio; give one or the other"
+            )
+        chosen = [gate for gate in gates if options.impl in (None, gate.subject)]
+        if not chosen:
+            subjects = sorted({gate.subject for gate in gates})
+            raise BenchUsageError(
+                f"--gates {options.gates} has no gate for {options.impl} (its subjects: "
+                f"{', '.join(subjects)})"
+            )
         return [
             Plan(
                 gate.subject, gate.baseline,
                 [BenchShape(gate.id, gate.batch, gate.heads, gate.heads, gate.t, gate.t,
                             gate.head_dim, gate.reason)],
-                gate.dtype, gate.max_time_ratio, gate.id, gate.device,
+                gate.dtype, gate.max_time_ratio, gate.causal, gate.id, gate.device,
             )
-            for gate in gates
+            for gate in chosen
         ]  # fmt: skip
     shapes = options.shape or [NAMED_SHAPES["andrea"]]
     if options.sweep:
@@ -240,10 +266,6 @@ def machine_for(device: str, dtype: str) -> Machine:
             "and knows H200, H100 and A100 (conformance/bench/roofline.py)"
         )
     return rated
-
-
-class BenchUsageError(Exception):
-    """A bench asked for something it cannot do; the message says what."""
 
 
 @dataclass
@@ -335,7 +357,7 @@ def run_bench(options: argparse.Namespace) -> BenchRun:
                     results.append(
                         bench_shape(
                             subject, baseline, shape, dtype, machine, rounds=options.rounds,
-                            warm=options.warm, max_ratio=plan.max_ratio,
+                            causal=plan.causal, warm=options.warm, max_ratio=plan.max_ratio,
                         )
                     )  # fmt: skip
                 except WrongAnswer as exc:
@@ -351,7 +373,8 @@ def run_bench(options: argparse.Namespace) -> BenchRun:
                 problems.append(f"{result.shape.name}: {side.why_not}")
     verdicts = [r.verdict for r in results if r.verdict is not None]
     settings = {
-        "dtype": results[0].dtype if results else None, "causal": True,
+        "dtype": results[0].dtype if results else None,
+        "causal": results[0].causal if results else None,
         "rounds": options.rounds, "warm": options.warm, "settle_seconds": SETTLE_SECONDS,
         "check_share": CHECK_SHARE, "started": started,
     }  # fmt: skip

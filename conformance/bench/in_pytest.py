@@ -17,8 +17,11 @@ from conformance.bench.report import table_lines
 
 def test_bench(pytestconfig):
     options = bench_namespace(pytestconfig)
-    if options.impl is None:
-        pytest.fail("give --bench-impl SELECTOR: the implementation to time", pytrace=False)
+    if options.impl is None and options.gates is None:
+        pytest.fail(
+            "give --bench-impl SELECTOR (the implementation to time) or --bench-gates FILE",
+            pytrace=False,
+        )
     try:
         run = run_bench(options)
     except BenchUsageError as exc:

@@ -66,7 +66,7 @@ class TimedSide:
     check_share: float = CHECK_SHARE
     judge_clock: bool = True
     seconds: list[float] = field(default_factory=list)  # the worker's, timed calls only
-    # the judge's, request by request, less the line's cost measured just before it
+    # the judge's, request by request, less the line's cost measured just after it
     judged: list[float] = field(default_factory=list)
     checked: int = 0  # answers checked, the first one included
     worst_fraction: float = 0.0  # the largest error / budget among them
@@ -88,8 +88,8 @@ class TimedSide:
 
     def probe_line(self, probes: int = 1) -> None:
         """The line's cost: requests that draw and lay out the inputs and send q back, no call.
-        One goes before each timed call, so that the cost is measured under the load the call
-        met (two processes on two cores make it vary by tens of milliseconds)."""
+        One follows each timed call, so that the cost is measured under the load the call met
+        (two processes on two cores make it vary by tens of milliseconds)."""
         for _ in range(probes):
             self.echoes.append(self._request(self._seed(), echo=True)[2])
 
@@ -105,9 +105,9 @@ class TimedSide:
         self.check(seed, output.array, HEADS_VALIDATED, "its first call, before any timing")
 
     def timed_call(self, last: bool = False) -> None:
-        self.probe_line()
         seed = self._seed()
         seconds, output, wall = self._request(seed)
+        self.probe_line()  # right after, warm as the call's request was (before, it cost more)
         self.seconds.append(seconds)
         self.judged.append(wall - self.echoes[-1])
         # no timed answer checked yet: the last one is (a garbage-everywhere kernel never escapes)
@@ -130,9 +130,10 @@ class TimedSide:
         for index in self.choices.choice(pairs, size=min(heads, pairs), replace=False):
             b, h = divmod(int(index), self.shape.heads)
             kv = slice(h // group, h // group + 1)
+            inputs = (q[b : b + 1, h : h + 1], k[b : b + 1, kv], v[b : b + 1, kv])
             comparison = compare_to_oracle(
-                out[b : b + 1, h : h + 1], q[b : b + 1, h : h + 1], k[b : b + 1, kv],
-                v[b : b + 1, kv], dtype=self.dtype, causal=self.causal, **variant,
+                out[b : b + 1, h : h + 1], *(x.astype(np.float64) for x in inputs),
+                dtype=self.dtype, causal=self.causal, **variant,
             )  # fmt: skip
             self.worst_fraction = max(self.worst_fraction, comparison.budget_fraction)
             if not comparison.ok:
@@ -158,7 +159,7 @@ class TimedSide:
         return (
             f"timing not credible: {self.client.name}'s worker reported {reported * 1e3:.2f} ms "
             f"a call (the median), but the judge's clock puts it at {(reported + excess) * 1e3:.2f}"
-            f" ms (each request, less the line's cost measured just before it: "
+            f" ms (each request, less the line's cost measured just after it: "
             f"{self.overhead * 1e3:.2f} ms in the median)"
         )
 
@@ -244,6 +245,7 @@ def gate_verdict(interval: RatioInterval, max_ratio: float) -> str:
 class ShapeResult:
     shape: BenchShape
     dtype: str
+    causal: bool
     sides: list[SideResult]
     ratio: RatioInterval | None  # None without a baseline, or when a side is not credible
     max_ratio: float | None
@@ -291,4 +293,4 @@ def bench_shape(
         ratio = ratio_interval(results[0].seconds, results[1].seconds)
     if baseline is not None and max_ratio is not None:
         verdict = gate_verdict(ratio, max_ratio) if credible else NOT_CREDIBLE
-    return ShapeResult(shape, dtype, results, ratio, max_ratio, verdict)
+    return ShapeResult(shape, dtype, causal, results, ratio, max_ratio, verdict)

@@ -7,6 +7,7 @@ The same measurement as the command (conformance.bench.cli.run_bench), with the 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,8 @@ def add_bench_options(parser: pytest.Parser) -> None:
     group.addoption(
         "--bench-impl",
         metavar="SELECTOR",
-        help="what conformance.bench.in_pytest times (default: none; the test says so and fails)",
+        help="what conformance.bench.in_pytest times (default: none; the test says so and "
+        "fails, unless --bench-gates names what to time)",
     )
     group.addoption(
         "--bench-baseline",
@@ -48,12 +50,25 @@ def add_bench_options(parser: pytest.Parser) -> None:
         help="the gate on the median time's ratio to the baseline's (default: none)",
     )
     group.addoption(
+        "--bench-gates",
+        type=Path,
+        metavar="FILE",
+        help="gates in perf/gates.toml's schema, measured as attnspec bench --gates does "
+        "(default: none)",
+    )
+    group.addoption(
         "--bench-rounds",
         type=positive_int,
         default=DEFAULT_ROUNDS,
         metavar="N",
         help=f"timed calls of each side per shape (default {DEFAULT_ROUNDS})",
     )
+
+
+def is_bench_run(config: pytest.Config) -> bool:
+    """Whether this pytest run is a bench (conformance.bench.in_pytest), which opens its own
+    workers and judges nothing."""
+    return any(config.getoption(name, None) is not None for name in ("bench_impl", "bench_gates"))
 
 
 def bench_namespace(config: pytest.Config) -> argparse.Namespace:
@@ -65,6 +80,7 @@ def bench_namespace(config: pytest.Config) -> argparse.Namespace:
         sweep=None,
         dtype=config.getoption("bench_dtype"),
         max_ratio=config.getoption("bench_max_ratio"),
+        gates=config.getoption("bench_gates"),
         rounds=config.getoption("bench_rounds"),
         warm=False,
     )
