@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import html
 import json
 import platform
 import statistics
@@ -213,7 +214,7 @@ def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
-def write_sweep_plot(results: list[ShapeResult], png: Path, html: Path | None) -> str | None:
+def write_sweep_plot(results: list[ShapeResult], png: Path, html_path: Path | None) -> str | None:
     """Throughput against T for each implementation (FlashAttention's figure), as a PNG and,
     where asked, an HTML page holding it and the table; None, or why there is no plot."""
     try:
@@ -241,10 +242,10 @@ def write_sweep_plot(results: list[ShapeResult], png: Path, html: Path | None) -
     figure.tight_layout()
     figure.savefig(png, dpi=120)
     plt.close(figure)
-    if html is not None:
+    if html_path is not None:
         image = base64.b64encode(png.read_bytes()).decode("ascii")
         rows = html.escape("\n".join(table_lines(results)))
-        html.write_text(
+        html_path.write_text(
             "<!doctype html><meta charset='utf-8'><title>attnspec bench</title>"
             "<h1>attnspec bench: throughput against T</h1>"
             f"<img src='data:image/png;base64,{image}'>"
