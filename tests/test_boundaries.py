@@ -29,7 +29,12 @@ LINE_ENDS = (
 FRAMING_CALLS = {"send_bytes", "recv_bytes", "recv_bytes_into"}
 OPTION_FLAGS = {flag for option in OPTIONS for flag in (option.flag, *option.run_flags)}
 # attnspec list's --impl names what to list: an option of another command, not the table's.
-OTHER_COMMANDS_OPTIONS = {("conformance/cli.py", "--impl")}
+# Options of other commands that share a name with the table's, in the same role: what to judge
+# or time, where its JSON or HTML goes, where its modules are found.
+OTHER_COMMANDS_OPTIONS = {("conformance/cli.py", "--impl")} | {
+    ("conformance/bench/cli.py", flag)
+    for flag in ("--impl", "--report-json", "--report-html", "--impl-path")
+}
 
 
 def calls_and_constants(source: str) -> tuple[list[tuple[int, str, tuple]], list[tuple[int, str]]]:
