@@ -26,6 +26,7 @@ from conformance.bench.measure import (
 from conformance.bench.roofline import Machine, call_bytes, call_flops
 from conformance.bench.shapes import NAMED_SHAPES, BenchShape, parse_shape
 from conformance.run.worker_clients import open_clients
+from impls.worker_process import DeviceClock
 from tests.suite_process import run_attnspec as attnspec
 
 CHEATS = "tests.planted.cheats"
@@ -211,3 +212,51 @@ def test_what_the_judges_clock_allows_and_what_it_contradicts():
     late = [c + (0.011 if n in (2, 5, 7) else 0.0015) for n, c in enumerate(short)]
     assert side_with(short, late).contradiction() is None
     assert side_with(calls, [c * 3 for c in calls]).contradiction()  # a clock at a third
+
+
+def test_the_cuda_kernels_own_code_is_benched_where_no_gpu_is():
+    """impls/cupy_flash.cu's kernels, emulated on the host (tests/cuda_emulation): validated,
+    timed and checked as on a GPU, by the CPU's clock (the emulation cannot time a GPU)."""
+    run = attnspec("bench", "--impl", "tests.cuda_emulation:flash", "--baseline", "numpy",
+                   "--shape", "1,2,2,64,64,32", "--rounds", "3")  # fmt: skip
+    if "no C++20 compiler" in run.stdout + run.stderr:
+        pytest.skip("the emulation needs a C++20 compiler")
+    assert run.returncode == EXIT_PASSES, run.stdout + run.stderr
+    rows = [line.split() for line in run.stdout.splitlines()]
+    assert ["1,2,2,64,64,32", "cupy_flash_emulated"] in [row[:2] for row in rows], run.stdout
+    assert any(row[:1] == ["ratio"] for row in rows), run.stdout
+
+
+class Recorded:
+    """A CUDA event that records when it was recorded and synchronised, in one shared log."""
+
+    def __init__(self, log: list):
+        self.log = log
+
+    def record(self):
+        self.log.append("record")
+
+    def synchronize(self):
+        self.log.append("synchronize")
+
+
+def test_a_gpu_clock_flushes_first_and_reads_the_answer_outside_its_window():
+    """The GPU path of the worker's clock (impls.worker_process.DeviceClock) with stand-in
+    events: the L2 flush before the first event, the copy to the host after the last one is
+    synchronised, so that neither is counted in the kernel's time; without a flush when warm."""
+    log: list[str] = []
+    clock = DeviceClock(
+        lambda: Recorded(log), lambda first, last: 0.004, lambda: log.append("flush")
+    )
+    clock.start()
+    log.append("call")
+    assert clock.stop(lambda: log.append("read")) == 0.004
+    assert log == ["flush", "record", "call", "record", "synchronize"]
+    warm = DeviceClock(lambda: Recorded(log), lambda first, last: 0.004, None)
+    log.clear()
+    warm.start()
+    assert log == ["record"]
+    cpu = DeviceClock()  # the CPU's clock: the answer is read inside the window
+    cpu.start()
+    cpu.stop(lambda: log.append("read on the cpu"))
+    assert log[-1] == "read on the cpu"
