@@ -821,15 +821,19 @@ def _pages_as_read(x: np.ndarray, call: Call, *, late: bool = False) -> np.ndarr
 
 
 def _attend_pages(
-    q, k, v, call: Call, *, late: bool = False, whole_pages: bool = False, kv_head_of=None
-):
+    q, k, v, call: Call, *, late: bool = False, whole_pages: bool = False,
+    boundary_page_dropped: bool = False, kv_head_of=None,
+):  # fmt: skip
     """The formula over the keys read through the pages, each item cut at its length (rounded up
-    to whole pages with ``whole_pages``, its rows aligned to that length), query head h reading
-    key/value head ``kv_head_of(heads, kv_heads)[h]`` (h // g by default)."""
+    to whole pages with ``whole_pages``, a page short where it ends on a page's boundary with
+    ``boundary_page_dropped``; its rows aligned to that length), query head h reading key/value
+    head ``kv_head_of(heads, kv_heads)[h]`` (h // g by default)."""
     size = call.page_size
     lengths = call.item_key_lengths
     if whole_pages:
         lengths = tuple(-(-n // size) * size for n in lengths)
+    if boundary_page_dropped:
+        lengths = tuple(n - size if n and n % size == 0 else n for n in lengths)
     read_k, read_v = (_pages_as_read(x, call, late=late) for x in (k, v))
     read = replace(call, tk=read_k.shape[-2], key_lengths=tuple(lengths))
     return attend_with(q, read_k, read_v, read, kv_head_of=kv_head_of)
@@ -856,6 +860,19 @@ def _page_late(q, k, v, call):
 )
 def _last_page_whole(q, k, v, call):
     return _attend_pages(q, k, v, call, whole_pages=True)
+
+
+@mistake(
+    "last-page-dropped-on-boundary",
+    "an item whose length ends on a page boundary attended without its last page: its length "
+    "counted as its full pages before the last plus L % page_size",
+    "the last page's length (FlashInfer's kv_last_page_len) taken as L % page_size: 0 on a "
+    "boundary",
+    lambda call: _paged(call) and any(n and n % call.page_size == 0 for n in call.item_key_lengths),
+    per_sequence=False,
+)
+def _boundary_page_dropped(q, k, v, call):
+    return _attend_pages(q, k, v, call, boundary_page_dropped=True)
 
 
 def _group_rounded_down(heads: int, kv_heads: int) -> np.ndarray:
@@ -971,14 +988,15 @@ def attend_modified(
     alibi_from_row: bool = False,
     sink_scaled: bool = False,
     sink_dropped: bool = False,
+    sink_minus_inf_as_zero: bool = False,
     chunk_reach: int = 0,
     chunk_from_row: bool = False,
 ) -> np.ndarray:
     """The formula with the call's score modifiers, in float64, one switch changed: the softcap
     after the mask or before the scale, ALiBi's bias with the other sign or measured from the row
-    index, the sink scaled like a score or dropped, a chunk reaching a key before its start or
-    cut at the row index. The call's other features (heads, window, key lengths) as the formula
-    has them."""
+    index, the sink scaled like a score, dropped, or read as 0 where it is -inf, a chunk reaching
+    a key before its start or cut at the row index. The call's other features (heads, window, key
+    lengths) as the formula has them."""
     heads = _grouped(call.heads, call.kv_heads)
     k, v = k[:, heads], v[:, heads]  # (B, Hkv, T, D) -> (B, Hq, T, D)
     scale, cap = call.resolved_scale, call.softcap
@@ -1010,6 +1028,8 @@ def attend_modified(
     sinks = None if call.sinks is None or sink_dropped else np.asarray(call.sinks, scores.dtype)
     if sinks is not None and sink_scaled:
         sinks = sinks * scale
+    if sinks is not None and sink_minus_inf_as_zero:
+        sinks = np.where(np.isneginf(sinks), 0.0, sinks)
     weights = softmax(scores, sinks)
     return weights @ unread_padding_zeroed(v, key_lengths=call.key_lengths)
 
@@ -1086,6 +1106,18 @@ def _sink_scaled(q, k, v, call):
 )
 def _sink_dropped(q, k, v, call):
     return attend_modified(q, k, v, call, sink_dropped=True)
+
+
+@mistake(
+    "sink-minus-inf-as-zero",
+    "a sink of -inf (a head without one) read as 0: exp(0) joins each of that head's denominators",
+    "the sinks sanitised with nan_to_num(..., neginf=0), or a zero-filled sink for heads "
+    "without one",
+    lambda call: call.sinks is not None and any(np.isneginf(s) for s in call.sinks),
+    modifier="sinks",
+)
+def _sink_minus_inf_as_zero(q, k, v, call):
+    return attend_modified(q, k, v, call, sink_minus_inf_as_zero=True)
 
 
 @mistake(

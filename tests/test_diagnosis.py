@@ -56,6 +56,7 @@ CASES = [
     ((1, 2, 2, 7, 48, 16, 16), {"softcap": 2.0}, "large scores"),
     ((1, 2, 2, 7, 48, 16, 16), {"alibi_slopes": (1.0, 0.25)}, None),
     ((1, 2, 2, 7, 48, 16, 16), {"sinks": (0.5, 2.0)}, None),
+    ((1, 2, 2, 7, 48, 16, 16), {"sinks": (0.5, -np.inf)}, None),  # a head without a sink
     ((1, 2, 2, 7, 48, 16, 16), {"chunk": 16}, None),
     ((1, 2, 2, 40, 40, 16, 16), {"chunk": 16}, None),
     # a paged cache: items of 40 and 21 keys in pages of 8, the second's last page part full

@@ -215,8 +215,9 @@ def plans_of(options: argparse.Namespace, gates: list[Gate]) -> list[Plan]:
     shapes = options.shape or [NAMED_SHAPES["andrea"]]
     if options.sweep:
         shapes = [shape.at_length(t) for shape in shapes for t in options.sweep]
-    baseline = None if options.baseline == "none" else options.baseline
-    return [Plan(options.impl, baseline or "", shapes, options.dtype, options.max_ratio)]
+    # None: no baseline; "": the default for the subject's device, known once it is open
+    baseline = None if options.baseline == "none" else (options.baseline or "")
+    return [Plan(options.impl, baseline, shapes, options.dtype, options.max_ratio)]
 
 
 def refusal(client: ImplementationClient, shape: BenchShape, dtype: str) -> str | None:
@@ -347,9 +348,10 @@ def run_bench(options: argparse.Namespace) -> BenchRun:
                 machines[device, dtype] = machine_for(device, dtype)
             machine = machines[device, dtype]
             for shape in plan.shapes:
-                why = refusal(subject, shape, dtype) or (
-                    baseline is not None and refusal(baseline, shape, dtype)
-                )
+                why = refusal(subject, shape, dtype)
+                if not why and baseline is not None and refusal(baseline, shape, dtype):
+                    other = "" if plan.gate_id else " (another: --baseline NAME, or none)"
+                    why = f"{refusal(baseline, shape, dtype)}{other}"
                 if why:
                     problems.append(f"{shape.name}: not timed: {why}")
                     continue

@@ -78,7 +78,7 @@ def pool_in_row_max(
     return (out + 0 * pool_max).astype(q.dtype)  # the maximum's NaN reaches the row
 
 
-@mutant("paged caches", "PAGED-KV")
+@mutant("paged caches", "PAGED-KV", mistake="last-page-dropped-on-boundary")
 def last_page_dropped_on_a_page_boundary(
     q, k, v, *, causal=True, scale=None, block_table=None, key_lengths=None, page_size=None
 ):

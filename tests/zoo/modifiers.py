@@ -179,7 +179,7 @@ def sink_dropped(q, k, v, *, causal=True, scale=None, sinks=None):
     return attend_modified(q, k, v, causal=causal, scale=scale)
 
 
-@mutant("score modifiers", "SINK-LOGIT")
+@mutant("score modifiers", "SINK-LOGIT", mistake="sink-minus-inf-as-zero")
 def sink_minus_inf_read_as_zero(q, k, v, *, causal=True, scale=None, sinks=None):
     """Sanitises its sinks with nan_to_num before use, so that a head without a sink (-inf) gets
     a sink of 0 instead, which takes its share of every row's weight; right for every finite
