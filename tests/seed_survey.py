@@ -29,7 +29,9 @@ import numpy as np
 from conformance.report.tables import text_table
 from tests.suite_process import run_suite
 
-BUILTINS = ("numpy_reference", "numpy", "numpy_flash", "torch_eager", "torch_sdpa", "jax")
+BUILTINS = (
+    "numpy_reference", "numpy", "numpy_flash", "torch_eager", "torch_sdpa", "jax", "jax_formula",
+)  # fmt: skip
 NEAR = 0.9  # a fraction of the budget a correct implementation comes "near" a false FAIL at
 
 
