@@ -11,7 +11,6 @@ from conformance.bench.cli import machine_for as bench_machine_for
 from conformance.bench.gates import Gate
 from conformance.bench.measure import INCONCLUSIVE, PASSES, WrongAnswer, bench_shape
 from conformance.bench.roofline import Machine
-from conformance.bench.shapes import BenchShape
 from conformance.bench.timing import attention_flops
 from conformance.judge.harness import Case, Subject
 from conformance.judge.tolerance import compare_to_oracle
@@ -99,7 +98,7 @@ def check_gate(
     the gate FAILS or a timing is not credible, skips where the ratio's interval straddles the
     gate. The ratio, where there is one."""
     subject, baseline = in_worker(gate.subject), in_worker(gate.baseline)
-    shape = gate_shape(gate)
+    shape = gate.shape()
     machine = machine_for(subject.device, gate.dtype)
     try:
         result = bench_shape(
@@ -137,12 +136,6 @@ def check_gate(
         perf_table,
     )
     return r.median
-
-
-def gate_shape(gate: Gate) -> BenchShape:
-    return BenchShape(
-        gate.id, gate.batch, gate.heads, gate.heads, gate.t, gate.t, gate.head_dim, gate.reason
-    )
 
 
 MACHINES: dict[tuple[str, str], Machine] = {}  # measured once per run

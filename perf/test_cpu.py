@@ -12,7 +12,6 @@ from conformance.bench.shapes import NAMED_SHAPES
 from perf.measure import (
     check_gate,
     gate_case,
-    gate_shape,
     in_worker,
     machine_for,
     milliseconds,
@@ -43,7 +42,7 @@ def test_the_bench_command_measures_the_ratio_the_cpu_gate_does(perf_table, tmp_
     default) and the CPU gate, measured one after the other in one run: their ratios' intervals
     overlap. A timing, so where timings only report a miss is put in the table."""
     [gate] = [g for g in CPU_GATES if (g.subject, g.baseline) == ("numpy", "torch_sdpa")]
-    assert gate_shape(gate).dims == NAMED_SHAPES["andrea"].dims  # the same shape, by two names
+    assert gate.shape().dims == NAMED_SHAPES["andrea"].dims  # the same shape, by two names
     report = tmp_path / "bench.json"
     run = run_attnspec("bench", "--impl", "numpy", "--report-json", str(report))
     assert run.returncode in (0, 1), run.stdout + run.stderr  # 1: not credible on a busy machine
@@ -51,7 +50,7 @@ def test_the_bench_command_measures_the_ratio_the_cpu_gate_does(perf_table, tmp_
     assert [side["name"] for side in command["implementations"]] == ["numpy", "torch_sdpa"]
     subject, baseline = in_worker("numpy"), in_worker("torch_sdpa")
     machine = machine_for("cpu", gate.dtype)
-    gated = bench_shape(subject, baseline, gate_shape(gate), gate.dtype, machine, rounds=15)
+    gated = bench_shape(subject, baseline, gate.shape(), gate.dtype, machine, rounds=15)
     if command["ratio"] is None or gated.ratio is None:
         require_timing(False, f"a ratio not credible: {run.stdout} {gated.sides}", perf_table)
         return

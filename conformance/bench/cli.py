@@ -205,10 +205,8 @@ def plans_of(options: argparse.Namespace, gates: list[Gate]) -> list[Plan]:
             )
         return [
             Plan(
-                gate.subject, gate.baseline,
-                [BenchShape(gate.id, gate.batch, gate.heads, gate.heads, gate.t, gate.t,
-                            gate.head_dim, gate.reason)],
-                gate.dtype, gate.max_time_ratio, gate.causal, gate.id, gate.device,
+                gate.subject, gate.baseline, [gate.shape()], gate.dtype, gate.max_time_ratio,
+                gate.causal, gate.id, gate.device,
             )
             for gate in chosen
         ]  # fmt: skip
@@ -349,9 +347,10 @@ def run_bench(options: argparse.Namespace) -> BenchRun:
             machine = machines[device, dtype]
             for shape in plan.shapes:
                 why = refusal(subject, shape, dtype)
-                if not why and baseline is not None and refusal(baseline, shape, dtype):
+                baseline_why = baseline is not None and refusal(baseline, shape, dtype)
+                if not why and baseline_why:
                     other = "" if plan.gate_id else " (another: --baseline NAME, or none)"
-                    why = f"{refusal(baseline, shape, dtype)}{other}"
+                    why = f"{baseline_why}{other}"
                 if why:
                     problems.append(f"{shape.name}: not timed: {why}")
                     continue

@@ -6,6 +6,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.bench.shapes import BenchShape
 from spec.dtypes import check_dtype
 
 # The built-ins' gates, in the checkout (perf/gates.toml); a project passes its own file.
@@ -28,6 +29,12 @@ class Gate:
     causal: bool
     max_time_ratio: float
     reason: str
+
+    def shape(self) -> BenchShape:
+        """The gate's shape as a bench times it, named by the gate's id."""
+        return BenchShape(
+            self.id, self.batch, self.heads, self.heads, self.t, self.t, self.head_dim, self.reason
+        )
 
     def describe(self) -> str:
         return (
