@@ -277,6 +277,39 @@ def reference_attention(q, k, v, *, causal: bool = True, scale: float | None = N
     return weights @ unread_padding_zeroed(repeat_kv_heads(q, np.asarray(v, np.float64)), **variant)
 
 
+def score_rounding_sensitivity(
+    q, k, v, *, causal: bool = True, scale: float | None = None, sinks=None, **variant
+):
+    """How far the output moves, per unit of relative error, when every score is rounded by its
+    own size, (B, H, Tq, Dv), in float64: the bound sqrt(sum_j w_ij (v_jd - o_id)^2) *
+    sqrt(sum_j w_ij s_ij^2).
+
+    Rounding s_ij to s_ij (1 + e_ij) moves o_id by sum_j w_ij (v_jd - o_id) s_ij e_ij to first
+    order (the weights' own shift, w_ij (e_ij s_ij - sum_k w_ik e_ik s_ik), times V; a sink, which
+    is not rounded, changes nothing of it); with |e_ij| <= 1, Cauchy-Schwarz bounds that by the
+    product above. It is large on a row whose top scores are large and nearly tied over
+    different values: there any two correct evaluations of the scores disagree, whichever is
+    exact by chance. Rows that see no key, and values no row reads, count 0."""
+    if variant.get("cu_seqlens_q") is not None:
+        return per_sequence(
+            score_rounding_sensitivity, q, k, v, causal=causal, scale=scale, sinks=sinks, **variant
+        )
+    scores = reference_masked_scores(q, k, causal=causal, scale=scale, **variant)
+    weights = np.nan_to_num(softmax(scores, sinks), nan=0.0, copy=False)  # a row with no key: 0
+    v = unread_padding_zeroed(repeat_kv_heads(q, np.asarray(v, np.float64)), **variant)
+    v = np.where(np.isfinite(v), v, 0.0)  # a non-finite value is judged by its own tests
+    out = weights @ v
+    # sum_j w_ij (v_jd - o_id)^2, expanded into products; sinks leave sum_j w_ij below 1
+    spread = weights @ (v * v) - 2 * out * out + out * out * weights.sum(-1, keepdims=True)
+    # In place, as softmax: on ANDREA's twelve heads each fresh (Tq, Tk) array costs as much as
+    # the arithmetic. Hidden keys (-inf, weight 0) count 0.
+    np.copyto(scores, 0.0, where=weights == 0)
+    np.multiply(scores, scores, out=scores)
+    score_size = weights[..., None, :] @ scores[..., :, None]  # sum_j w_ij s_ij^2, (B, H, Tq, 1, 1)
+    score_size = score_size[..., 0]  # (B, H, Tq, 1)
+    return np.sqrt(np.maximum(spread, 0.0) * score_size)
+
+
 # The query-token axis of what attention returns: outputs (B, H, Tq, Dv) and log-sum-exps
 # (B, H, Tq) alike.
 TOKEN_AXIS = 2

@@ -101,6 +101,18 @@ def test_a_time_below_the_roofline_is_not_credible_whatever_the_clocks_say():
     assert "below the least time the machine allows" in result.subject.why_not
 
 
+def test_peaks_measured_low_are_measured_again_before_a_time_is_called_impossible():
+    """A busy machine measures its peaks low: a time below the bound they give is judged again
+    against a new measurement, the better of each peak kept (here the new one never binds)."""
+    measured_low = Machine(
+        "cpu", 1.0, 1.0, "peaks measured on a busy machine", measure_again=lambda: UNBOUNDED
+    )
+    result, _ = bench("tests.planted.clock:correct", machine=measured_low, judge_clock=False)
+    assert result.subject.credible, result.subject.why_not
+    assert result.machine.flops_per_second == UNBOUNDED.flops_per_second
+    assert "measured again before calling a time impossible" in result.machine.source
+
+
 def test_the_roofline_counts_the_flops_and_bytes_of_the_call():
     andrea = NAMED_SHAPES["andrea"]
     assert call_flops(andrea, causal=True) == 4 * 12 * 1024 * 1024 * 64 / 2

@@ -25,6 +25,14 @@ from spec.formula import (
     reference_attention,
     reference_vjp,
 )
+from tests.score_rounding_survey import (
+    SIZES,
+    budget_fractions,
+    causal_attention,
+    float32_scores,
+    inputs_with_scores_up_to,
+    scores_off_by,
+)
 from tests.zoo.states import merge_in_the_natural_base
 
 
@@ -152,3 +160,27 @@ def test_a_merge_converting_bases_conforms_and_one_16_ulps_worse_does_not(dtype)
     }
     assert fractions["converting"] < 0.25, fractions
     assert fractions["16 ulps worse"] > 1.0, fractions
+
+
+def test_float32_scores_summed_in_another_order_conform_and_scores_16_ulps_off_do_not():
+    """Below float64 the floor carries the scores' rounding (score_rounding_sensitivity): on rows
+    whose large top scores nearly tie, the baseline can be exact by chance, and a correct float32
+    kernel that only sums its dot products in another order failed the budget without that term
+    (as PyTorch's did, up to 8.6x over 50 seeds of the suite). With it, such a kernel conforms on
+    every input here, and one whose scores are 16 ulps (32u) off, relative to their size, still
+    misses its budget."""
+    without_term, with_term, off_by_16_ulps = [], [], []
+    for seed in range(16):
+        for largest in SIZES:
+            q, k, v = inputs_with_scores_up_to(largest, seed)
+            without, with_it = budget_fractions(
+                causal_attention(float32_scores(q, k, "pairwise"), v), q, k, v
+            )
+            without_term.append(without)
+            with_term.append(with_it)
+            if largest == 1e2:  # above that, most rows are one key, whatever the scores' error
+                off = causal_attention(scores_off_by(q, k, 32 * UNIT_ROUNDOFF["float32"], seed), v)
+                off_by_16_ulps.append(budget_fractions(off, q, k, v)[1])
+    assert max(without_term) > 1.0, without_term  # the failure the term is there for
+    assert max(with_term) < 0.9, with_term
+    assert min(off_by_16_ulps) > 1.0, off_by_16_ulps

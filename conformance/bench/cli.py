@@ -355,14 +355,15 @@ def run_bench(options: argparse.Namespace) -> BenchRun:
                     problems.append(f"{shape.name}: not timed: {why}")
                     continue
                 try:
-                    results.append(
-                        bench_shape(
-                            subject, baseline, shape, dtype, machine, rounds=options.rounds,
-                            causal=plan.causal, warm=options.warm, max_ratio=plan.max_ratio,
-                        )
+                    result = bench_shape(
+                        subject, baseline, shape, dtype, machine, rounds=options.rounds,
+                        causal=plan.causal, warm=options.warm, max_ratio=plan.max_ratio,
                     )  # fmt: skip
                 except WrongAnswer as exc:
                     problems.append(f"{shape.name}: {exc}")
+                    continue
+                results.append(result)
+                machine = machines[device, dtype] = result.machine  # measured again, maybe
     except RegistryError as exc:
         raise BenchUsageError(str(exc)) from None
     finally:

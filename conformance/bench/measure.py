@@ -254,6 +254,7 @@ class ShapeResult:
     ratio: RatioInterval | None  # None without a baseline, or when a side is not credible
     max_ratio: float | None
     verdict: str | None  # of the gate, where there is one
+    machine: Machine  # the roofline it was judged by
 
     @property
     def subject(self) -> SideResult:
@@ -291,10 +292,13 @@ def bench_shape(
             time.sleep(settle_seconds)
             side.timed_call(last=number == rounds - 1)
     results = [side_result(side, machine) for side in sides]
+    if any(result.median < result.bound_seconds for result in results):
+        machine = machine.at_best()  # the peaks again, before a time is called impossible
+        results = [side_result(side, machine) for side in sides]
     ratio = verdict = None
     credible = all(result.credible for result in results)
     if baseline is not None and credible:
         ratio = ratio_interval(results[0].seconds, results[1].seconds)
     if baseline is not None and max_ratio is not None:
         verdict = gate_verdict(ratio, max_ratio) if credible else NOT_CREDIBLE
-    return ShapeResult(shape, dtype, causal, results, ratio, max_ratio, verdict)
+    return ShapeResult(shape, dtype, causal, results, ratio, max_ratio, verdict, machine)

@@ -3,14 +3,17 @@
 A call cannot take less than its FLOPs at the machine's peak rate, nor less than its bytes at the
 memory's peak bandwidth; a time below the larger of the two is not a fast kernel but a wrong
 clock. On the CPU both peaks are measured once per run, in the judge (a matrix product, the best
-of several, in the dtype where a library has it; a copy of a buffer larger than any cache); on a
-GPU they are the device's rated figures, named with their source.
+of several, in the dtype where a library has it; a copy of a buffer larger than any cache), and
+again before a time is called impossible: a busy machine measures its peaks low, never high, so
+the better of the measurements stands. On a GPU they are the device's rated figures, named with
+their source.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,9 +27,31 @@ class Machine:
     flops_per_second: float  # the peak matrix-product rate in the bench's dtype
     bytes_per_second: float  # the peak memory bandwidth
     source: str  # how the peaks were found
+    # how to measure the peaks again, where they were measured (None: rated, or a test's)
+    measure_again: Callable[[], Machine] | None = field(default=None, compare=False, repr=False)
 
     def bound_seconds(self, flops: float, bytes_moved: float) -> float:
         return max(flops / self.flops_per_second, bytes_moved / self.bytes_per_second)
+
+    def at_best(self) -> Machine:
+        """The machine with each peak the better of its own and a new measurement's, where its
+        peaks were measured: load only lowers a measured peak, so a time below the bound is
+        judged against the best the machine was seen to do. Rated peaks stand as they are."""
+        if self.measure_again is None:
+            return self
+        again = self.measure_again()
+        flops = max(self.flops_per_second, again.flops_per_second)
+        bandwidth = max(self.bytes_per_second, again.bytes_per_second)
+        if (flops, bandwidth) == (self.flops_per_second, self.bytes_per_second):
+            return self
+        return Machine(
+            self.kind,
+            flops,
+            bandwidth,
+            f"{self.source}; measured again before calling a time impossible, the better of "
+            f"each kept: {flops / 1e9:.0f} GFLOP/s, {bandwidth / 1e9:.1f} GB/s",
+            self.measure_again,
+        )
 
 
 def call_flops(shape, causal: bool) -> float:
@@ -89,6 +114,7 @@ def measure_cpu(dtype: str) -> Machine:
         f"measured now: a {GEMM_SIZE}^3 {dtype} matrix product by {best}, "
         f"{rates[best] / 1e9:.0f} GFLOP/s, and a {COPY_BYTES >> 20} MiB copy, "
         f"{bandwidth / 1e9:.1f} GB/s (best of {ROUNDS})",
+        lambda: measure_cpu(dtype),
     )
 
 

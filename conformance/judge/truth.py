@@ -39,6 +39,7 @@ from spec.formula import (
     reference_attention,
     reference_scores,
     repeat_kv_heads,
+    score_rounding_sensitivity,
 )
 from spec.mistakes import find_mistake
 
@@ -201,6 +202,15 @@ class CaseTruth:
             params,
             lambda: find_mistake(name).output(self.q, self.k, self.v, **params),
         )
+
+    def score_rounding(self, *, causal: bool = True, scale=None, **variant) -> float:
+        """The largest of ``spec.formula.score_rounding_sensitivity``, once per inputs in a run."""
+        params = dict(causal=causal, scale=scale, **variant)
+
+        def compute():
+            return largest_finite(score_rounding_sensitivity(self.q, self.k, self.v, **params))
+
+        return float(self._shared("score rounding", params, compute))
 
     def largest_score(self, scale: float | None = None) -> float:
         """max |q k^T * scale|, once per inputs in a run."""
