@@ -50,12 +50,14 @@ def seed_range(text: str) -> list[int]:
         ) from None
 
 
-def run_at_seed(seed: int, implementations: str, workers: str) -> tuple[int, dict]:
+def run_at_seed(
+    seed: int, implementations: str, workers: str, select: str | None = None
+) -> tuple[int, dict]:
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
         run = run_suite(
             "--impl", implementations, "--attnspec-seed", str(seed), "-q", "-n", workers,
-            "--report-json", str(report), timeout=1800,
+            "--report-json", str(report), *(("-k", select) if select else ()), timeout=1800,
         )  # fmt: skip
         if not report.exists():
             raise RuntimeError(f"seed {seed}: no report (exit {run.returncode}):\n{run.stdout}")
@@ -84,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         "are reported as not run)",
     )  # fmt: skip
     parser.add_argument("-n", default="2", metavar="N", help="xdist workers per run (default 2)")
+    parser.add_argument(
+        "-k", dest="select", metavar="EXPRESSION",
+        help="only the tests pytest's -k selects, such as 'not float64' (default: every test)",
+    )  # fmt: skip
     options = parser.parse_args(argv)
 
     fractions: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
@@ -91,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     failed_seeds = []
     started = time.monotonic()
     for seed in options.seeds:
-        status, report = run_at_seed(seed, options.impl, options.n)
+        status, report = run_at_seed(seed, options.impl, options.n, options.select)
         if status != 0:
             failed_seeds.append(seed)
         for subject in report["subjects"]:
