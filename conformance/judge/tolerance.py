@@ -31,6 +31,7 @@ Run ``python -m conformance.survey`` to see where the built-ins sit inside these
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -206,13 +207,14 @@ def compare(
     dtype: str,
     magnitude: float,
     max_score: float = 0.0,
-    score_rounding: float = 0.0,
+    score_rounding: Callable[[], float] | None = None,
     budgets: dict[str, Budget] = BUDGETS,
 ) -> Comparison:
     """Judge ``actual`` against ``truth`` (the float64 oracle) under the budget for ``dtype``
-    (from ``budgets``: the outputs', or GRADIENT_BUDGETS). ``score_rounding``: for an output, the
-    largest ``spec.formula.score_rounding_sensitivity`` of its call; its rounding in the
-    accumulation dtype joins the floor."""
+    (from ``budgets``: the outputs', or GRADIENT_BUDGETS). ``score_rounding``: for an output, what
+    gives the largest ``spec.formula.score_rounding_sensitivity`` of its call, called only where
+    the floor does not bound it already; its rounding in the accumulation dtype joins the
+    floor."""
     budget = budget_for(dtype, budgets)
     max_abs, worst = max_error(actual, truth)
     baseline_error, _ = max_error(baseline, truth)
@@ -221,8 +223,8 @@ def compare(
         floor *= 1.0 + max_score
     # A floor that grows with max|s| (float64's) already bounds the scores' rounding, crudely.
     score_floor = 0.0
-    if not budget.floor_scales_with_scores:
-        score_floor = UNIT_ROUNDOFF[accumulation_dtype(dtype)] * score_rounding
+    if score_rounding is not None and not budget.floor_scales_with_scores:
+        score_floor = UNIT_ROUNDOFF[accumulation_dtype(dtype)] * score_rounding()
     floor += score_floor
     truth_scale = float(np.max(np.abs(truth))) if truth.size else 0.0
     return Comparison(
@@ -327,10 +329,7 @@ def compare_to_oracle(
         dtype=dtype,
         magnitude=largest_finite(v),
         max_score=case_truth.largest_score(scale),
-        # only where the floor does not bound it already: float64's is not computed
-        score_rounding=0.0
-        if budget_for(dtype).floor_scales_with_scores
-        else case_truth.score_rounding(causal=causal, scale=scale, **variant),
+        score_rounding=lambda: case_truth.score_rounding(causal=causal, scale=scale, **variant),
     )
 
 
