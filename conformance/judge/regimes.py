@@ -23,12 +23,16 @@ def _scaled_scores(case, q: np.ndarray, k: np.ndarray) -> np.ndarray:
     kv_heads = k.shape[1]
     group = heads // kv_heads
     scale = case.scale if case.scale is not None else 1.0 / math.sqrt(head_dim)
-    grouped = q.reshape(batch, kv_heads, group, tq, head_dim)  # (B, Hkv, g, Tq, D)
-    scores = np.einsum("bkgqd,bksd->bkgqs", grouped, k) * scale  # (B, Hkv, g, Tq, Tk)
+    grouped = q.reshape(batch, kv_heads, group * tq, head_dim)  # (B, Hkv, g*Tq, D)
+    # A matrix product, not einsum's loop: ten times faster at ANDREA's shape, where the judge
+    # reads every call's scores. Inputs with infinities or NaN (the contract's tests) make NaN.
+    with np.errstate(invalid="ignore", over="ignore"):
+        scores = grouped @ np.swapaxes(k, -1, -2)  # (B, Hkv, g*Tq, Tk)
+        scores *= scale
     scores = scores.reshape(batch, heads, tq, k.shape[2])  # (B, H, Tq, Tk)
     if case.key_lengths is not None:
-        past = np.arange(k.shape[2])[None, :] >= np.asarray(case.key_lengths)[:, None]  # (B, Tk)
-        scores = np.where(past[:, None, None, :], np.nan, scores)
+        for item, length in enumerate(case.key_lengths):
+            scores[item, :, :, length:] = np.nan
     return scores
 
 
@@ -127,14 +131,13 @@ def _score_regimes(case, q: np.ndarray, k: np.ndarray) -> set[str]:
     if q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] > MOST_SCORES or 0 in q.shape + k.shape:
         return set()
     scores = _scaled_scores(case, q, k)
-    seen = ~np.isnan(scores)
-    if not seen.any():
+    # fmax and fmin pass over NaN: a row's largest and least seen score, NaN where it sees none
+    row_max = np.fmax.reduce(scores, axis=-1)  # (B, H, Tq)
+    row_min = np.fmin.reduce(scores, axis=-1)  # (B, H, Tq)
+    if np.isnan(row_max).all():
         return set()
-    with np.errstate(invalid="ignore"):
-        row_max = np.where(seen.any(-1), np.nanmax(np.where(seen, scores, -np.inf), -1), np.nan)
-        row_min = np.where(seen.any(-1), np.nanmin(np.where(seen, scores, np.inf), -1), np.nan)
     drawn = set()
-    if np.nanmax(np.abs(scores)) < 1.0:
+    if max(np.nanmax(row_max), -np.nanmin(row_min)) < 1.0:  # max |score| < 1
         drawn.add("scores.near-zero")
     if np.nanmax(row_min) > FAR_ABOVE:
         drawn.add("scores.far-above-zero")
