@@ -32,6 +32,9 @@ ATTACKS = (
 )
 # Past this, a run the attacks stopped or slowed counts as lost (each run takes seconds).
 BOUND = 300
+# The attacks fail by design: their failures need not be shrunk to minimal examples, which nothing
+# here reads (half of each run's time otherwise).
+VERDICTS_ONLY = ("--hypothesis-profile", "verdicts")
 
 pytestmark = pytest.mark.skipif(
     expected_confinement().level != "full",
@@ -51,11 +54,14 @@ def planted_run(mode: str, tmp_path: Path, *extra: str) -> tuple[subprocess.Comp
     options = ["--impl", impls, "--claims", "OUT-FORMULA", "--report-json", str(report), *extra]
     env = {"ATTNSPEC_PLANTED_MARK": str(tmp_path / "mark")}
     if mode == "attnspec run":
-        run = run_module("conformance", "run", *options, "-n", "2", timeout=BOUND, env=env)
+        run = run_module(
+            "conformance", "run", *options, "-n", "2", "--profile", "verdicts",
+            timeout=BOUND, env=env,
+        )  # fmt: skip
     else:
         parallel = ["-n", "2"] if mode == "xdist" else []
         run = run_module(
-            "pytest", "conformance", "-p", "no:cacheprovider", *options, *parallel,
+            "pytest", "conformance", "-p", "no:cacheprovider", *options, *parallel, *VERDICTS_ONLY,
             timeout=BOUND, env=env,
         )  # fmt: skip
     return run, report
@@ -104,7 +110,7 @@ def test_unconfined_a_worker_writes_where_it_likes_but_cannot_read_the_sealed_tr
     impls = f"numpy,{PLANTED}:reads_the_truth,{PLANTED}:writes_beside_the_mark"
     run = run_module(
         "pytest", "conformance", "-p", "no:cacheprovider", "--impl", impls,
-        "--claims", "OUT-FORMULA", "--no-sandbox", "--report-json", str(report),
+        "--claims", "OUT-FORMULA", "--no-sandbox", "--report-json", str(report), *VERDICTS_ONLY,
         env={"ATTNSPEC_PLANTED_MARK": str(tmp_path / "mark")},
     )  # fmt: skip
     assert run.returncode == 1, run.stdout[-3000:]
