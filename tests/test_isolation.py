@@ -48,7 +48,10 @@ NUMPY_NOT_MET = {
 # The verdicts profile: failing implementations' hypothesis failures are not shrunk to minimal
 # examples, which no assertion in this module reads.
 VERDICTS_ONLY = ("--hypothesis-profile", "verdicts")
-PYTEST = ("pytest", "conformance", "-p", "no:cacheprovider", *VERDICTS_ONLY)
+# One line per failure, with its sections (an implementation's output among them): pytest's long
+# form looks up each failure's teardown among every report, a minute over the serial run's 2000
+# failures.
+PYTEST = ("pytest", "conformance", "-p", "no:cacheprovider", "--tb=line", *VERDICTS_ONLY)
 MODES = {
     "serial": PYTEST,
     "xdist": (*PYTEST, "-n", "2"),
