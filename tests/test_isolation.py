@@ -153,6 +153,11 @@ def test_a_bad_claims_pattern_is_a_usage_error_under_xdist_too(suite):
     assert "INTERNALERROR" not in run.stdout + run.stderr
 
 
+# Where the line between judge and judged could change what an implementation gets: the arrays
+# it is handed and returns (their dtypes, layouts, the memory behind them) and its errors.
+CROSSING_CLAIMS = "OUT-FORMULA,MASK-*,CONTRACT-*,LAYOUT-STRIDES,OUT-WRITTEN"
+
+
 def test_workers_and_in_process_give_the_same_verdicts(tmp_path):
     """The line between judge and judged changes where implementations run, not what they get."""
     verdicts = {}
@@ -163,6 +168,8 @@ def test_workers_and_in_process_give_the_same_verdicts(tmp_path):
             "2",
             "--impl",
             "numpy,tests.zoo.mutants:mask_off_by_one",  # a built-in that conforms, a mutant
+            "--claims",
+            CROSSING_CLAIMS,
             *VERDICTS_ONLY,
             "--report-json",
             str(report_path),
