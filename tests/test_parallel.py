@@ -7,10 +7,12 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from conformance.run import threads
+from tests.made_once import made_once
 from tests.suite_process import ROOT
 
 SELECTION = (
@@ -36,10 +38,16 @@ def verdicts(report_path) -> dict:
 def serial_verdicts(tmp_path_factory):
     from tests.suite_process import run_suite
 
-    path = tmp_path_factory.mktemp("serial") / "report.json"
-    run = run_suite(*SELECTION, "--report-json", str(path), "-q", "--tb=no")
-    assert run.returncode == 1, run.stdout[-2000:]  # the two mutants fail
-    return verdicts(path)
+    def run_serially(path: Path) -> None:
+        run = run_suite(*SELECTION, "--report-json", str(path), "-q", "--tb=no")
+        assert run.returncode == 1, run.stdout[-2000:]  # the two mutants fail
+
+    # Under xdist every worker holding one of these tests asks for the serial run; the session's
+    # base temporary directory, which all of them share, lets the first one run it for all.
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        shared = shared.parent
+    return verdicts(made_once(shared / "parallel-serial-report.json", run_serially))
 
 
 @pytest.mark.parametrize(
