@@ -63,6 +63,20 @@ def test_scores_far_from_zero_are_read_off_the_inputs():
     assert "scores.far-above-zero" not in regimes_of_call(padded, q, k, v)
 
 
+def test_the_same_inputs_at_another_scale_or_key_lengths_draw_their_own_score_regimes():
+    """The judge keeps a row's score extremes per inputs (every implementation judged is called
+    on the same ones): another scale, or other key lengths, are other scores."""
+    case = Case(batch=1, heads=2, tq=6, head_dim=16)
+    q, k, v = normal(case)
+    q[..., 0], k[..., 0] = 1.0, 2.0**20 * 4
+    assert "scores.far-above-zero" in regimes_of_call(case, q, k, v)
+    assert "scores.far-above-zero" not in regimes_of_call(case.with_(scale=1e-9), q, k, v)
+    assert "scores.far-above-zero" in regimes_of_call(case, q, k, v)
+    k[..., :3, 0] = -(2.0**20) * 4  # the first three keys far below, the rest far above
+    assert "scores.far-below-zero" not in regimes_of_call(case, q, k, v)
+    assert "scores.far-below-zero" in regimes_of_call(case.with_(key_lengths=(3,)), q, k, v)
+
+
 def test_sinks_far_from_the_scores_and_minus_inf():
     case = Case(batch=1, heads=3, tq=5, head_dim=16, sinks=(40.0, -40.0, -math.inf))
     drawn = regimes_of_call(case, *normal(case))
