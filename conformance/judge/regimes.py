@@ -6,12 +6,12 @@ call and merge, and ``docs/regimes.md`` is their sum over a run.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections import OrderedDict
 
 import numpy as np
 
+from conformance.judge.truth import inputs_digest
 from spec.regimes import FAR_ABOVE, FAR_BELOW, LSE_NEAR_1000, SINK_FAR
 
 # Beyond this many scores a call's score regimes are not read: the suite's large cases are there
@@ -20,7 +20,7 @@ MOST_SCORES = 1 << 25
 # Rows' score extremes by inputs, the least recently asked for dropped first: a test's calls of one
 # implementation, and the next implementation's on the same inputs, find theirs here.
 MOST_REMEMBERED = 32
-_ROW_EXTREMES: OrderedDict[bytes, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+_ROW_EXTREMES: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
 
 def _scaled_scores(case, q: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -135,24 +135,18 @@ def _mask_regimes(case) -> set[str]:
 
 def _row_extremes(case, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(B, H, Tq) largest and least scaled score of each row, NaN where a row sees no key; once
-    per inputs in a process, since every implementation judged is called on the same inputs (a
-    hash of q and k costs a few percent of their scores)."""
-    key = hashlib.sha1(usedforsecurity=False)
-    for array in (q, k):
-        array = np.ascontiguousarray(array)
-        key.update(f"{array.dtype.str}{array.shape}".encode())
-        key.update(array)
-    key.update(repr((case.scale, case.key_lengths)).encode())
-    digest = key.digest()
-    if digest in _ROW_EXTREMES:
-        _ROW_EXTREMES.move_to_end(digest)
-        return _ROW_EXTREMES[digest]
+    per inputs in a process, since every implementation judged is called on the same inputs
+    (hashing q and k as the shared truth does costs a few percent of their scores)."""
+    key = f"{inputs_digest(q, k)} {case.scale!r} {case.key_lengths!r}"
+    if key in _ROW_EXTREMES:
+        _ROW_EXTREMES.move_to_end(key)
+        return _ROW_EXTREMES[key]
     scores = _scaled_scores(case, q, k)
     # fmax and fmin pass over NaN: a row's largest and least seen score, NaN where it sees none
     extremes = np.fmax.reduce(scores, axis=-1), np.fmin.reduce(scores, axis=-1)  # (B, H, Tq) x 2
     for extreme in extremes:
         extreme.setflags(write=False)  # shared by every later call on these inputs
-    _ROW_EXTREMES[digest] = extremes
+    _ROW_EXTREMES[key] = extremes
     while len(_ROW_EXTREMES) > MOST_REMEMBERED:
         _ROW_EXTREMES.popitem(last=False)
     return extremes
