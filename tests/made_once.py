@@ -3,6 +3,7 @@ implementation's workers), made by the first to ask and found by the others."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,3 +21,10 @@ def made_once(path: Path, make: Callable[[Path], None]) -> Path:
             make(scratch)
             scratch.replace(path)
     return path
+
+
+def session_directory(tmp_path_factory) -> Path:
+    """A directory that every process of this test session sees: under xdist each worker has a
+    base temporary directory of its own, and their parent is the session's."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") is not None else base

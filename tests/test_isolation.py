@@ -49,8 +49,8 @@ NUMPY_NOT_MET = {
 # examples, which no assertion in this module reads.
 VERDICTS_ONLY = ("--hypothesis-profile", "verdicts")
 # One line per failure, with its sections (an implementation's output among them): pytest's long
-# form looks up each failure's teardown among every report, a minute over the serial run's 2000
-# failures.
+# form looks up each failure's teardown among every report, about half a minute over the serial
+# run's 2000 failures.
 PYTEST = ("pytest", "conformance", "-p", "no:cacheprovider", "--tb=line", *VERDICTS_ONLY)
 MODES = {
     "serial": PYTEST,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conformance.run import threads
-from tests.made_once import made_once
+from tests.made_once import made_once, session_directory
 from tests.suite_process import ROOT
 
 SELECTION = (
@@ -42,12 +42,10 @@ def serial_verdicts(tmp_path_factory):
         run = run_suite(*SELECTION, "--report-json", str(path), "-q", "--tb=no")
         assert run.returncode == 1, run.stdout[-2000:]  # the two mutants fail
 
-    # Under xdist every worker holding one of these tests asks for the serial run; the session's
-    # base temporary directory, which all of them share, lets the first one run it for all.
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
-        shared = shared.parent
-    return verdicts(made_once(shared / "parallel-serial-report.json", run_serially))
+    # Under xdist every worker holding one of these tests asks for the serial run: the first runs
+    # it for all.
+    shared = session_directory(tmp_path_factory) / "parallel-serial-report.json"
+    return verdicts(made_once(shared, run_serially))
 
 
 @pytest.mark.parametrize(

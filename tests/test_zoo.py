@@ -9,13 +9,12 @@ score are printed at the end of the session.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 from conformance.judge.tolerance import compare_to_oracle
 from spec.dtypes import round_to
+from tests.made_once import session_directory
 from tests.zoo import FAMILIES, load_members
 from tests.zoo.kill_matrix import (
     DIAGNOSIS_END,
@@ -45,10 +44,8 @@ EASY_SHAPE = (1, 1, 64, 64)  # (B, H, T, D): one head, one tile, ANDREA's head d
 
 @pytest.fixture(scope="module")
 def zoo_run(request, tmp_path_factory):
-    # Under xdist every worker holding a zoo test asks for the run; the session's base temporary
-    # directory, which all of them share, lets the first one run it for all.
-    under_xdist = os.environ.get("PYTEST_XDIST_WORKER") is not None
-    shared = tmp_path_factory.getbasetemp().parent if under_xdist else None
+    # Under xdist every worker holding a zoo test asks for the run: the first runs it for all.
+    shared = session_directory(tmp_path_factory)
     # Each mutant on the claims its row of docs/zoo.md names (the whole matrix is tox -e zoo's)
     claims = claims_in_kill_matrix(MEMBERS)
     run = run_zoo(MEMBERS, workers=default_workers(), shared=shared, claims=claims)
