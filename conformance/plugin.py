@@ -318,6 +318,7 @@ def _subject(selected: Selected, request: pytest.FixtureRequest) -> Subject:
         settings.rerun_options(),
         _notes(request),
         inputs_id(request.node),
+        notes_regimes=settings.report_json is not None,
     )
 
 

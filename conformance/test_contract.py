@@ -17,7 +17,6 @@ from conformance.judge.assertions import (
 )
 from conformance.judge.conventions import FOLLOWS, promoted_to_an_input_dtype
 from conformance.judge.harness import Case
-from conformance.judge.regimes import regimes_of_call
 from spec.dtypes import UNIT_ROUNDOFF, round_to
 
 
@@ -153,7 +152,7 @@ def test_convention_inputs_raise_or_follow_the_convention(subject, dtype, proble
     if len(q_shape) == len(k_shape) == 4 and q_shape[0] == k_shape[0]:  # a call of a Case's shape
         (batch, heads, tq, head_dim), tk = q_shape, k_shape[2]
         shaped = case.with_(batch=batch, heads=heads, tq=tq, tk=tk, head_dim=head_dim)
-        subject.notes.note_regimes(regimes_of_call(shaped, q, k, v))
+        subject.note_regimes_of_call(shaped, q, k, v)
     native = subject.to_native(case, q, k, v)
     followed, why_not = convention_followed(
         subject,

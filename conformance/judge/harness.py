@@ -198,6 +198,9 @@ class Subject:
     rerun_options: str = ""  # further options the reproducer needs (hypothesis profile, seed)
     notes: TestNotes = field(default_factory=TestNotes)
     inputs_id: str | None = None  # what the inputs are drawn from (None: the test id)
+    # Which regimes its calls draw is read by the JSON report alone, and reading a call's scores
+    # for them is about a tenth of the judge's time: a run without one does not note them.
+    notes_regimes: bool = True
 
     def __post_init__(self) -> None:
         self.rng = random_stream(self.seed, self.inputs_id or self.test_id)
@@ -271,6 +274,11 @@ class Subject:
         if missing:
             pytest.skip(f"{self.name} does not declare {', '.join(missing)}")
 
+    def note_regimes_of_call(self, case: Case, q, k, v) -> None:
+        """Note the regimes a call of ``case`` on float64 q, k, v draws, if the run reads them."""
+        if self.notes_regimes:
+            self.notes.note_regimes(regimes_of_call(case, q, k, v))
+
     def to_native(self, case: Case, *arrays: np.ndarray) -> list[Any]:
         return [self.client.from_numpy(a, case.dtype) for a in arrays]
 
@@ -279,7 +287,7 @@ class Subject:
 
         Skips, with the reason, when the implementation does not declare what the case needs."""
         self.require(case)
-        self.notes.note_regimes(regimes_of_call(case, q, k, v))
+        self.note_regimes_of_call(case, q, k, v)
         nq, nk, nv = self.to_native(case, q, k, v)
         return self.client.attention(
             nq,
@@ -321,7 +329,8 @@ class Subject:
         caps = self.client.capabilities
         if not caps.merges_states:
             pytest.skip(f"{self.name} does not declare merge_states")
-        self.notes.note_regimes(regimes_of_merge(lses))
+        if self.notes_regimes:
+            self.notes.note_regimes(regimes_of_merge(lses))
         answer = self.client.merge_states(*self.to_native(case, outputs, lses))
         out, lse = (self.client.to_numpy(x).astype(np.float64) for x in answer)
         if out.shape != outputs.shape[1:] or lse.shape != lses.shape[1:]:
