@@ -13,9 +13,9 @@ from impls.cuda_kernels import (
     ARCHITECTURES,
     SOURCES,
     NvrtcUnavailable,
-    compile_with_nvrtc,
     parse_ptxas_log,
 )
+from tests.nvrtc_once import compiled_once
 
 KERNEL_RESOURCES = pytest.StashKey[list]()
 
@@ -30,13 +30,16 @@ ptxas info    : Used 80 registers, used 1 barriers, 24 bytes cumulative stack si
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 @pytest.mark.parametrize("source_name", list(SOURCES))
-def test_kernels_compile_without_spills_within_shared_memory(source_name, arch, request):
+def test_kernels_compile_without_spills_within_shared_memory(
+    source_name, arch, request, tmp_path_factory
+):
     try:
-        _, resources = compile_with_nvrtc(source_name, arch)
+        log, _ = compiled_once(tmp_path_factory, source_name, arch)
     except NvrtcUnavailable as exc:
         if os.environ.get("ATTNSPEC_REQUIRE_NVRTC") == "1":
             pytest.fail(f"ATTNSPEC_REQUIRE_NVRTC=1, but {exc}")
         pytest.skip(f"NVRTC compile check not run: {exc}")
+    resources = parse_ptxas_log(log, source_name, arch)
     request.config.stash.setdefault(KERNEL_RESOURCES, []).extend(resources)
     compiled = {r.kernel for r in resources}
     missing = set(SOURCES[source_name].entry_points) - compiled

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from impls.cuda_kernels import FLASH_HEAD_DIMS, NvrtcUnavailable, compile_to_cubin
+from impls.cuda_kernels import FLASH_HEAD_DIMS, NvrtcUnavailable
 from impls.numpy_flash import BLOCK_N
 from perf.kernel_estimate import (
     ARCH,
@@ -21,12 +21,13 @@ from perf.kernel_estimate import (
     key_tile_loops,
     tile_kinds,
 )
+from tests.nvrtc_once import compiled_once
 
 
 @pytest.fixture(scope="module")
-def cubin() -> bytes:
+def cubin(tmp_path_factory) -> bytes:
     try:
-        return compile_to_cubin("cupy_flash", ARCH)[1]
+        return compiled_once(tmp_path_factory, "cupy_flash", ARCH)[1]
     except NvrtcUnavailable as exc:
         if os.environ.get("ATTNSPEC_REQUIRE_NVRTC") == "1":
             pytest.fail(f"ATTNSPEC_REQUIRE_NVRTC=1, but {exc}")
