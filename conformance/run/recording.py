@@ -143,7 +143,9 @@ def complete_report(
     if call.excinfo is not None and isinstance(call.excinfo.value, IMPLEMENTATION_FAILURES):
         # Outside a test's call (the test's own call raises message_only_failure instead).
         report.longrepr = implementation_failure_text(call.excinfo.value, reproducer)
-    if not is_conformance_test(item):
+    if not is_conformance_test(item) or not decides_the_outcome(report):
+        # The ledger reads no other report: a record on each of the three would cost a copy of
+        # the judge's notes, and xdist would carry it to the controller, for nothing.
         return report
     claims = claims_of(item)
     record = TestRecord(
@@ -163,6 +165,12 @@ def complete_report(
             record.unmet_level = level.value  # plain data, which xdist carries
     record.attach(report)
     return report
+
+
+def decides_the_outcome(report: pytest.TestReport) -> bool:
+    """The report that says how a test ended: its call's, or its setup's where the setup did not
+    pass (a skip, an error) and there was no call."""
+    return report.when == "call" or (report.when == "setup" and not report.passed)
 
 
 def outcome_of(report: pytest.TestReport, record: TestRecord) -> TestOutcome:
@@ -188,10 +196,8 @@ class VerdictRecorder:
         self.summarise = summarise  # the verdict per implementation (conformance.report)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        record = TestRecord.of(report)
-        if record is None or not (
-            report.when == "call" or (report.when == "setup" and not report.passed)
-        ):
+        record = TestRecord.of(report) if decides_the_outcome(report) else None
+        if record is None:
             return
         outcome = outcome_of(report, record)
         reason = report.longrepr[2] if report.skipped and isinstance(report.longrepr, tuple) else ""
