@@ -19,6 +19,5 @@ def compiled_once(tmp_path_factory, name: str, arch: str) -> tuple[str, bytes]:
         (scratch / "kernels.cubin").write_bytes(cubin)
 
     compiled = made_once(session_directory(tmp_path_factory) / f"nvrtc-{name}-{arch}", compile_into)
-    return (compiled / "ptxas.log").read_text(encoding="utf-8"), (
-        compiled / "kernels.cubin"
-    ).read_bytes()
+    log = (compiled / "ptxas.log").read_text(encoding="utf-8")
+    return log, (compiled / "kernels.cubin").read_bytes()

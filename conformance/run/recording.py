@@ -196,7 +196,7 @@ class VerdictRecorder:
         self.summarise = summarise  # the verdict per implementation (conformance.report)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        record = TestRecord.of(report) if decides_the_outcome(report) else None
+        record = TestRecord.of(report)  # complete_report gives one to the deciding report alone
         if record is None:
             return
         outcome = outcome_of(report, record)
