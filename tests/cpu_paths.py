@@ -1,5 +1,6 @@
 """The same verdicts on any CPU: the suite on the NumPy built-ins and the zoo's correct variants,
-and the diagnosis tests, run as this machine computes and again as narrower x86-64 machines do.
+and the diagnosis and tolerance tests, run as this machine computes and again as narrower x86-64
+machines do.
 
 A verdict that holds only on the CPU where the suite was written is a false FAIL for whoever has
 another: a correct kernel once failed a MUST claim on an AVX2 machine because a test asked for bit
@@ -11,7 +12,7 @@ both down makes this machine compute as an AVX2 machine and as an AVX one would:
     python -m tests.cpu_paths            # tox -e cpu-paths
 
 It exits 1 when a configuration's verdict on any (implementation, claim) differs from the native
-run's, when a correct member does not conform, or when a diagnosis test fails there.
+run's, when a correct member does not conform, or when a diagnosis or tolerance test fails there.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from tests.suite_process import run_module, run_suite
 from tests.zoo import load_members
 
 BUILTINS = ("numpy_reference", "numpy_flash", "numpy")
+# The project's tests whose premises a machine's rounding could decide: which mistake explains a
+# failure, and which kernels a budget lets through.
+PREMISE_TESTS = ("tests/test_diagnosis.py", "tests/test_tolerance.py")
 
 # NumPy 2.4's dispatch targets above the x86-64-v2 baseline: X86_V3 is the AVX2 group, X86_V4
 # and the AVX512_* groups the AVX-512 ones. OpenBLAS's Haswell kernels use AVX2 and FMA, its
@@ -53,6 +57,31 @@ def numpy_dispatch() -> str:
     return " ".join(group for group in __cpu_dispatch__ if __cpu_features__[group]) or "baseline"
 
 
+def blas_kernels() -> str:
+    """The BLAS this process's NumPy calls and the kernels it chose, as threadpoolctl reads them
+    (``openblas Haswell``)."""
+    from threadpoolctl import threadpool_info
+
+    found = [
+        f"{pool.get('internal_api', '?')} {pool.get('architecture') or ''}".strip()
+        for pool in threadpool_info()
+        if pool.get("user_api") == "blas"
+    ]
+    return ", ".join(found) or "no BLAS that threadpoolctl knows"
+
+
+def how_this_machine_computes() -> str:
+    """One line for a failed premise: the BLAS kernels and NumPy's dispatch in this process."""
+    return f"BLAS {blas_kernels()}; NumPy dispatch {numpy_dispatch()}"
+
+
+def premise(holds: bool, what: str) -> None:
+    """Asserts a test's premise, which is no claim of the suite's: where it fails, one line says
+    which premise and how this machine computes, so that a reader tells a premise that holds only
+    on some CPUs from a broken check."""
+    assert holds, f"premise failed: {what} [{how_this_machine_computes()}]"
+
+
 def judged_members() -> list[str]:
     """The selectors judged in every configuration: the built-ins and each correct variant."""
     correct = [m.selector for m in load_members().values() if m.correct]
@@ -72,8 +101,8 @@ def verdicts_of(report: dict) -> dict[tuple[str, str], str]:
 def run_configuration(
     name: str, environ: dict[str, str | None], selectors: list[str], workers: int
 ) -> tuple[dict, list[str]]:
-    """The suite's JSON report on ``selectors`` and the diagnosis tests' failures, both run with
-    ``environ`` over this process's environment."""
+    """The suite's JSON report on ``selectors`` and the failures of :data:`PREMISE_TESTS`, both
+    run with ``environ`` over this process's environment."""
     probe = run_module("tests.cpu_paths", "--probe", env=environ, timeout=60)
     if probe.returncode != 0:
         raise RuntimeError(f"{name}: NumPy does not start there: {probe.stderr[-800:]}")
@@ -91,12 +120,12 @@ def run_configuration(
             )
         report = json.loads(report_path.read_text(encoding="utf-8"))
     diagnosis = run_module(
-        "pytest", "tests/test_diagnosis.py", "-q", "-p", "no:cacheprovider", "--tb=line",
+        "pytest", *PREMISE_TESTS, "-q", "-p", "no:cacheprovider", "--tb=line",
         "-n", str(workers), env=environ, timeout=900,
     )  # fmt: skip
     failures = [line for line in diagnosis.stdout.splitlines() if line.startswith("FAILED")]
     if diagnosis.returncode not in (0, 1) or (diagnosis.returncode == 1 and not failures):
-        failures.append(f"tests/test_diagnosis.py exited {diagnosis.returncode}")
+        failures.append(f"{' '.join(PREMISE_TESTS)} exited {diagnosis.returncode}")
     return report, failures
 
 

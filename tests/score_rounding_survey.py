@@ -15,7 +15,8 @@ import argparse
 
 import numpy as np
 
-from conformance.judge.tolerance import compare_to_oracle
+from conformance.judge.tolerance import compare, compare_to_oracle
+from conformance.judge.truth import CaseTruth, largest_finite
 from conformance.report.tables import text_table
 from spec.dtypes import UNIT_ROUNDOFF, round_to
 from spec.formula import reference_scores
@@ -35,9 +36,10 @@ def inputs_with_scores_up_to(largest: float, seed: int):
 
 def float32_scores(q, k, order: str) -> np.ndarray:
     """q k^T / sqrt(D) in float32, every product and sum rounded to float32 by NumPy itself (no
-    BLAS: the same on any CPU), its D terms added ``"pairwise"`` (in pairs, then the pairs in
-    pairs, as a reduction across a warp does; D a power of two) or ``"backwards"`` (from the last
-    component to the first). (B, H, Tq, Tk)."""
+    BLAS: the same on any CPU), its D terms added ``"forwards"`` (from the first component to the
+    last, as a plain loop does), ``"backwards"`` (from the last to the first) or ``"pairwise"``
+    (in pairs, then the pairs in pairs, as a reduction across a warp does; D a power of two).
+    (B, H, Tq, Tk)."""
     q, k = np.asarray(q, np.float32), np.asarray(k, np.float32)
     terms = q[..., :, None, :] * k[..., None, :, :]  # (B, H, Tq, Tk, D)
     if order == "pairwise":
@@ -45,18 +47,31 @@ def float32_scores(q, k, order: str) -> np.ndarray:
             terms = terms[..., 0::2] + terms[..., 1::2]  # (B, H, Tq, Tk, D / 2)
         scores = terms[..., 0]
     else:
+        components = range(terms.shape[-1])
         scores = np.zeros(terms.shape[:-1], np.float32)  # (B, H, Tq, Tk)
-        for d in reversed(range(terms.shape[-1])):
+        for d in reversed(components) if order == "backwards" else components:
             scores += terms[..., d]
     return scores * np.float32(q.shape[-1] ** -0.5)
 
 
 def causal_attention(scores: np.ndarray, v) -> np.ndarray:
-    """softmax(causal mask(scores)) V, in the scores' dtype."""
+    """softmax(causal mask(scores)) V in float32 (float64 scores: in float64), each sum a plain
+    loop over the keys and each exponential rounded from float64's, so that no BLAS kernel nor
+    NumPy's SIMD dispatch decides how it rounds: the same on every CPU."""
+    dtype = scores.dtype.type
     tokens = scores.shape[-1]
     scores = np.where(np.triu(np.ones((tokens, tokens), bool), 1), -np.inf, scores)
-    weights = np.exp(scores - scores.max(-1, keepdims=True))
-    return (weights / weights.sum(-1, keepdims=True)) @ np.asarray(v, scores.dtype)
+    shifted = scores - scores.max(-1, keepdims=True)
+    weights = np.exp(shifted.astype(np.float64)).astype(dtype)  # (B, H, Tq, Tk)
+    total = np.zeros(weights.shape[:-1], dtype)  # (B, H, Tq)
+    for key in range(tokens):
+        total += weights[..., key]
+    weights = weights / total[..., None]
+    v = np.asarray(v, dtype)
+    out = np.zeros((*weights.shape[:-1], v.shape[-1]), dtype)  # (B, H, Tq, D)
+    for key in range(tokens):
+        out += weights[..., key, None] * v[..., key, None, :]
+    return out
 
 
 def scores_off_by(q, k, relative: float, seed: int) -> np.ndarray:
@@ -93,9 +108,17 @@ def kernels(torch=None) -> dict:
     return found
 
 
-def budget_fractions(out, q, k, v) -> tuple[float, float]:
-    """``out``'s budget fraction without the scores' rounding in the floor, and with it."""
-    judged = compare_to_oracle(out, q, k, v, dtype="float32")
+def budget_fractions(out, q, k, v, baseline=None) -> tuple[float, float]:
+    """``out``'s budget fraction without the scores' rounding in the floor, and with it: against
+    the suite's naive baseline, or ``baseline`` where the caller rounds one itself."""
+    if baseline is None:
+        judged = compare_to_oracle(out, q, k, v, dtype="float32")
+    else:
+        case = CaseTruth(q, k, v)
+        judged = compare(
+            out, case.attention(), baseline, dtype="float32", magnitude=largest_finite(v),
+            max_score=case.largest_score(None), score_rounding=case.score_rounding,
+        )  # fmt: skip
     return judged.max_abs / (judged.allowed - judged.score_floor), judged.budget_fraction
 
 
