@@ -15,20 +15,29 @@ maintained Python binding covers its scopes (ABI 6), and the calls are three. Th
 - has no network: a network namespace of its own (no interface but a loopback that is down, so
   no TCP, UDP or loopback traffic leaves it), made as root or in a user namespace where an
   ordinary user may make one, and Landlock's TCP rules (ABI 4) refusing every bind and connect;
+- shares no memory with any other process of the machine: an IPC namespace of its own (SysV
+  shared memory, semaphores and message queues, POSIX message queues), and a mount namespace
+  of its own where ``/dev/shm``, the one place besides its scratch where it may write, is a fresh
+  tmpfs of at most its memory bound (PyTorch's and CuPy's shared memory work there); all of it
+  dies with the worker's last process, so nothing of one candidate reaches another, nor a later
+  run;
 - gets an environment of the variables :func:`worker_environment` lets through, and nothing else
   of the judge's (no token, no secret);
 - may hold at most its memory bound of data (``RLIMIT_DATA``, which counts what malloc, NumPy and
-  torch allocate, and not the address space CUDA reserves).
+  torch allocate, and not the address space CUDA reserves); shared mappings, which that limit
+  does not count, the judge watches (:mod:`conformance.run.memory_watch`), and ``/dev/shm`` is no
+  larger than the bound. As root, the IPC namespace's SysV shared memory is bounded by it too.
 
 What is confined is said by :class:`Confinement`: ``full``, ``partial`` (what is missing: an ABI
-below 6 leaves signals and abstract sockets open, one below 4 TCP; no network namespace leaves UDP
-and the loopback open) or ``none`` (why). The judge reports what the worker's confinement
-achieved as the fork server saw it, before the implementation's module was imported, never what
-the worker says of itself afterwards.
+below 6 leaves signals and abstract sockets open, one below 4 TCP; no namespaces leave UDP, the
+loopback, ``/dev/shm`` and the IPC objects the machine's) or ``none`` (why). The judge reports
+what the worker's confinement achieved as the fork server saw it, before the implementation's
+module was imported, never what the worker says of itself afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fnmatch
@@ -59,7 +68,12 @@ SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
 NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
 NETWORK_ABI = 4  # TCP's bind and connect handled
 FULL_ABI = 6  # signals and abstract sockets scoped
-CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWNET = 0x20000, 0x8000000, 0x10000000, 0x40000000
+# A worker's own network, IPC and mount namespaces: made together, in one unshare.
+NAMESPACES = CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWNS
+NAMESPACE_NAMES = ("network", "ipc", "mount")
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
+SHARED_MEMORY = "/dev/shm"
 
 READ = EXECUTE | READ_FILE | READ_DIR
 READABLE_SYSTEM = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc",
@@ -212,7 +226,9 @@ def confine(
     libc = _libc()
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
-    no_namespace = _leave_the_network(libc)  # before the capabilities go: root's needs them
+    # before the capabilities go (root's needs them), and before Landlock's rules, so that the
+    # rule for /dev/shm names the worker's own tmpfs
+    no_namespace = _leave_the_machine(libc, memory_bytes)
     _drop_capabilities(libc)
     if expected.level == "none":
         return expected
@@ -241,26 +257,51 @@ def confine(
         os.close(ruleset)
     if expected.level == "full" and no_namespace:
         return Confinement(
-            "partial", f"no network namespace ({no_namespace}): UDP and the loopback stay open"
+            "partial",
+            f"no namespaces ({no_namespace}): UDP, the loopback, /dev/shm and the IPC objects "
+            "stay the machine's",
         )
     return expected
 
 
-def _leave_the_network(libc) -> str | None:
-    """Moves this process into a network namespace of its own: as root directly, else inside a
-    user namespace of its own that maps this user to itself. Returns why it could not, or None."""
-    if libc.unshare(CLONE_NEWNET) == 0:
-        return None
-    as_root = os.strerror(ctypes.get_errno())
-    uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
-        return f"unshare: {as_root}; in a user namespace: {os.strerror(ctypes.get_errno())}"
-    try:  # this user as itself inside, so that files keep their owners
-        Path("/proc/self/setgroups").write_text("deny")
-        Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
-        Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
-    except OSError as exc:
-        raise OSError(exc.errno, f"mapping the user namespace: {exc.strerror}") from None
+def _leave_the_machine(libc, memory_bytes: int | None) -> str | None:
+    """Moves this process into network, IPC and mount namespaces of its own (as root directly,
+    else inside a user namespace of its own that maps this user to itself), with a fresh
+    ``/dev/shm``. Returns why it could not, or None."""
+    if libc.unshare(NAMESPACES) != 0:
+        as_root = os.strerror(ctypes.get_errno())
+        uid, gid = os.getuid(), os.getgid()
+        if libc.unshare(CLONE_NEWUSER | NAMESPACES) != 0:
+            return f"unshare: {as_root}; in a user namespace: {os.strerror(ctypes.get_errno())}"
+        try:  # this user as itself inside, so that files keep their owners
+            Path("/proc/self/setgroups").write_text("deny")
+            Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+            Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+        except OSError as exc:
+            raise OSError(exc.errno, f"mapping the user namespace: {exc.strerror}") from None
+    return _own_shared_memory(libc, memory_bytes)
+
+
+def _own_shared_memory(libc, memory_bytes: int | None) -> str | None:
+    """A fresh tmpfs on /dev/shm, no larger than the memory bound, in this process's own mount
+    namespace (whose mounts first stop propagating to the machine's), and, where this process may
+    set them (root), the IPC namespace's SysV shared memory bounded alike. Returns why not."""
+    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return f"making the mounts private: {os.strerror(ctypes.get_errno())}"
+    if not os.path.isdir(SHARED_MEMORY):
+        return None  # no /dev/shm to share
+    size = f"size={memory_bytes}," if memory_bytes else ""
+    options = f"{size}mode=1777".encode()
+    if libc.mount(b"tmpfs", SHARED_MEMORY.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+        return f"mounting a tmpfs on {SHARED_MEMORY}: {os.strerror(ctypes.get_errno())}"
+    if memory_bytes:
+        # An ordinary user's user namespace may not set them (EACCES): its segments then live
+        # and die with the IPC namespace, unbounded meanwhile (docs/isolation.md).
+        with contextlib.suppress(OSError):
+            Path("/proc/sys/kernel/shmmax").write_text(str(memory_bytes))
+            Path("/proc/sys/kernel/shmall").write_text(
+                str(-(-memory_bytes // os.sysconf("SC_PAGE_SIZE")))
+            )
     return None
 
 

@@ -30,6 +30,7 @@ ATTACKS = (
     "writes_files_where_the_judge_reads",
     "traces_the_judge",
 )
+MODES = ("serial", "xdist", "attnspec run")
 # Past this, a run the attacks stopped or slowed counts as lost (each run takes seconds).
 BOUND = 300
 # The attacks fail by design: their failures need not be shrunk to minimal examples, which nothing
@@ -46,12 +47,18 @@ def judged(report: Path) -> dict[str, dict]:
     return {s["name"]: s for s in json.loads(report.read_text())["subjects"]}
 
 
-def planted_run(mode: str, tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
-    """numpy and every attack judged on OUT-FORMULA: serially, under -n 2, or through attnspec
-    run; the files the attacks aim at are named by ATTNSPEC_PLANTED_MARK."""
+def planted_run(
+    mode: str,
+    tmp_path: Path,
+    *extra: str,
+    impls: tuple[str, ...] = ("numpy", *(f"{PLANTED}:{name}" for name in ATTACKS)),
+    claims: str = "OUT-FORMULA",
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """numpy and every attack (or ``impls``) judged on OUT-FORMULA (or ``claims``): serially,
+    under -n 2, or through attnspec run; the files the attacks aim at are named by
+    ATTNSPEC_PLANTED_MARK."""
     report = tmp_path / f"{mode}.json"
-    impls = ",".join(["numpy", *(f"{PLANTED}:{name}" for name in ATTACKS)])
-    options = ["--impl", impls, "--claims", "OUT-FORMULA", "--report-json", str(report), *extra]
+    options = ["--impl", ",".join(impls), "--claims", claims, "--report-json", str(report), *extra]
     env = {"ATTNSPEC_PLANTED_MARK": str(tmp_path / "mark")}
     if mode == "attnspec run":
         run = run_module(
@@ -67,7 +74,7 @@ def planted_run(mode: str, tmp_path: Path, *extra: str) -> tuple[subprocess.Comp
     return run, report
 
 
-@pytest.mark.parametrize("mode", ["serial", "xdist", "attnspec run"])
+@pytest.mark.parametrize("mode", MODES)
 def test_every_attack_fails_and_changes_nothing_else(tmp_path, mode):
     concurrent_report = tmp_path / "concurrent.json"
     concurrent = subprocess.Popen(
@@ -100,6 +107,90 @@ def test_every_attack_fails_and_changes_nothing_else(tmp_path, mode):
             assert f"planted {attempt}" in output, attempt
         done = [line for line in output.splitlines() if ": done:" in line]
         assert all("attnspec-scratch-" in line for line in done), done  # its own HOME only
+
+
+COLLUDING = "tests.planted.colluding"
+CHANNELS = {"files": "files in /dev/shm", "sysv": "SysV shared memory",
+            "message_queue": "POSIX message queues"}  # fmt: skip
+HONEST = tuple(f"{COLLUDING}:honest_through_{channel}" for channel in CHANNELS)
+PARASITES = tuple(f"{COLLUDING}:parasite_through_{channel}" for channel in CHANNELS)
+MEMORY_PLANTINGS = (f"{COLLUDING}:maps_shared_memory", f"{COLLUDING}:fills_dev_shm")
+PLANTED_BOUND = ("--worker-memory", "512MiB")  # the plantings hold 768 MiB past it
+# A claim whose every answer fits the message queues an ordinary user may fill (238 KB in all):
+# with one the queues could not hold, the parasite through them would fail for want of room.
+COLLUDED_CLAIM = "MASK-PREFIX"
+
+
+def machine_shared_state() -> dict[str, list[str]]:
+    """What a candidate could leave behind for another: the planted files in the machine's
+    /dev/shm and every SysV IPC object of the machine's IPC namespace (POSIX queues have no
+    listing without mounting their file system)."""
+    state = {"/dev/shm": sorted(n for n in os.listdir("/dev/shm") if n.startswith("attnspec-"))}
+    for kind in ("shm", "sem", "msg"):
+        lines = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+        state[f"SysV {kind}"] = sorted(line.split()[0] + " " + line.split()[1] for line in lines)
+    return state
+
+
+def verdict_and_message(subject: dict) -> tuple[str, str]:
+    first = subject["claims"][COLLUDED_CLAIM]["first_failure"]
+    return subject["verdict"], first["message"] if first else ""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_colluding_candidates_find_nothing_and_leave_nothing(tmp_path, mode):
+    """Honest kernels leave every answer in /dev/shm, SysV shared memory and POSIX message
+    queues; the parasites judged beside them find none (each worker has its own IPC namespace
+    and /dev/shm) and FAIL; the plantings that hold memory RLIMIT_DATA does not count FAIL with
+    the memory bound's message; nothing of the run stays on the machine."""
+    before = machine_shared_state()
+    impls = (*[x for pair in zip(HONEST, PARASITES, strict=True) for x in pair], *MEMORY_PLANTINGS)
+    run, report = planted_run(
+        mode, tmp_path, "--require-sandbox", *PLANTED_BOUND, impls=impls, claims=COLLUDED_CLAIM
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 1, output[-4000:]
+    subjects = judged(report)
+    for name in HONEST:
+        assert subjects[name]["verdict"] == "conforms", verdict_and_message(subjects[name])
+    for name in (*PARASITES, *MEMORY_PLANTINGS):
+        assert subjects[name]["verdict"] == "FAILS", name
+        assert subjects[name]["sandbox"] == "full", subjects[name]["sandbox"]
+    for name in MEMORY_PLANTINGS:
+        message = verdict_and_message(subjects[name])[1]
+        assert "exceeded its memory bound of 512 MiB" in message, message
+    if mode != "attnspec run":  # its progress goes to the terminal; pytest's output is checked
+        for channel in CHANNELS.values():
+            assert f"planted parasite through {channel}: no answer" in output, channel
+            assert f"planted parasite through {channel}: found answer" not in output, channel
+    assert machine_shared_state() == before
+
+
+def test_a_later_run_finds_nothing_an_earlier_one_left(tmp_path):
+    """The cross-run channel: an earlier run's honest kernels leave their answers, and a later
+    run judges the parasites alone on the same (default) seed."""
+    before = machine_shared_state()
+    earlier, _ = planted_run("serial", tmp_path, impls=HONEST, claims=COLLUDED_CLAIM)
+    assert earlier.returncode == 0, (earlier.stdout + earlier.stderr)[-4000:]
+    later, report = planted_run("serial", tmp_path, impls=PARASITES, claims=COLLUDED_CLAIM)
+    assert later.returncode == 1, (later.stdout + later.stderr)[-4000:]
+    assert {s["verdict"] for s in judged(report).values() if s["selector"]} == {"FAILS"}
+    assert machine_shared_state() == before
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+def test_no_channel_carries_answers_into_a_bench(channel):
+    """attnspec bench times the parasite with the honest kernel as its baseline, on the same
+    inputs: the parasite's first call is checked, finds nothing, and is not timed."""
+    before = machine_shared_state()
+    bench = run_module(
+        "conformance", "bench", "--impl", f"{COLLUDING}:parasite_through_{channel}",
+        "--baseline", f"{COLLUDING}:honest_through_{channel}", "--shape", "1,2,2,64,64,32",
+        "--rounds", "3", "--dtype", "float32", timeout=BOUND,
+    )  # fmt: skip
+    assert bench.returncode == 1, (bench.stdout + bench.stderr)[-3000:]
+    assert "is wrong in its first call, before any timing" in bench.stdout + bench.stderr
+    assert machine_shared_state() == before
 
 
 def test_unconfined_a_worker_writes_where_it_likes_but_cannot_read_the_sealed_truth(tmp_path):

@@ -9,7 +9,9 @@ Schema ``attnspec-report/2``::
                       "env": {NAME: value, ...}},
       "workers": {                           # what every worker was given
         "sandbox": "full" | "partial (...)" | "none (...)",  # as the workers were confined
-        "memory_bytes": null | n,            # their data bound (null: none)
+        "memory_bytes": null | n,            # their memory bound (null: none)
+        "memory_bound": null | "...",        # how it holds (RLIMIT_DATA, and the judge's watch)
+        "namespaces": ["network", "ipc", "mount"],  # their own where the sandbox is on
         "impl_budget_seconds": null | x,     # what an implementation's calls may take in all
         "variables": [NAME or PATTERN],      # what a worker gets of the judge's environment
         "impl_paths": [DIR]},                # first on the workers' sys.path, and only there

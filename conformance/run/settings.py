@@ -19,7 +19,8 @@ from conformance.run.worker_clients import (
     WorkerSetup,
     format_bytes,
 )
-from impls.sandbox import WORKER_VARIABLES, Confinement, expected_confinement
+from conformance.run.memory_watch import MEMORY_BOUND
+from impls.sandbox import NAMESPACE_NAMES, WORKER_VARIABLES, Confinement, expected_confinement
 
 REPORTED_ENV = (
     ENV_VAR,
@@ -96,8 +97,11 @@ class RunSettings:
         """What the workers were given, for the JSON report (how far they were confined is the
         report's to add: it knows what the fork servers saw)."""
         setup = self.worker_setup
+        bounded = setup.memory_bytes is not None and self.sandbox
         return {
             "memory_bytes": setup.memory_bytes if self.sandbox else None,
+            "memory_bound": MEMORY_BOUND if bounded else None,
+            "namespaces": list(NAMESPACE_NAMES) if self.sandbox else [],
             "impl_budget_seconds": setup.budget_seconds,
             "variables": [*WORKER_VARIABLES, *setup.pass_env] if self.sandbox else ["(all)"],
             "impl_paths": list(setup.impl_paths),
@@ -111,8 +115,11 @@ class RunSettings:
         memory = format_bytes(setup.memory_bytes) if setup.memory_bytes else "no bound"
         budget = f"{setup.budget_seconds:g} s" if setup.budget_seconds else "no budget"
         passed = f", and {', '.join(setup.pass_env)} (--pass-env)" if setup.pass_env else ""
+        if setup.memory_bytes:
+            memory += f" ({MEMORY_BOUND})"
         return (
-            f"attnspec: workers: data {memory}, calls {budget} per implementation, no network, "
+            f"attnspec: workers: memory {memory}, calls {budget} per implementation, their own "
+            f"{', '.join(NAMESPACE_NAMES)} namespaces (no network, a /dev/shm of their own), "
             f"of the environment PATH, the loader's, CUDA's, thread and locale variables{passed}"
         )
 

@@ -39,6 +39,7 @@ from typing import NoReturn
 import numpy as np
 
 from conformance.run.fork_server_client import ForkedWorker, start_worker
+from conformance.run.memory_watch import WATCH_EVERY, MemoryBoundExceeded, MemoryWatch
 from impls.messages import (
     ANSWERS,
     GREETINGS,
@@ -204,6 +205,7 @@ class ProcessChannel:
         self.scratch = Path(tempfile.mkdtemp(prefix="attnspec-scratch-")) if sandbox else None
         self.left_running = 0  # descendants of its workers that outlived them, and were killed
         self.sandbox = "none (no worker started)"  # how its last worker was confined
+        self.watch: MemoryWatch | None = None  # over a confined worker's whole memory
 
     def start(self) -> None:
         judge_end, worker_end = socket.socketpair()
@@ -223,6 +225,8 @@ class ProcessChannel:
             self.sandbox = self.process.sandbox
         else:  # started, not forked: where there is no fork server, there is no Landlock
             self.sandbox = expected_confinement().describe() if scratch else "none (--no-sandbox)"
+        watched = memory is not None and sys.platform == "linux"
+        self.watch = MemoryWatch(self.process.pid, memory) if watched else None
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -230,13 +234,14 @@ class ProcessChannel:
     def exchange(self, message: Call | None, accepted: tuple[type, ...], timeout: float):
         """The worker's answer to ``message`` (None: its greeting), one of ``accepted``;
         TimeoutError when it runs past ``timeout`` seconds (it is then killed), ChildProcessError
-        when it dies, LineError when it answers with something else (it is then killed too)."""
+        when it dies, LineError when it answers with something else (it is then killed too),
+        MemoryBoundExceeded when its memory reaches its bound meanwhile (it is then killed)."""
         try:
             if message is not None:
                 send(self.conn, message)
-            if self.conn.poll(timeout):
+            if self.answered_within(timeout):
                 return receive(self.conn, accepted)
-        except LineError:
+        except (LineError, MemoryBoundExceeded):
             self.kill()
             raise
         except (EOFError, OSError):
@@ -250,6 +255,30 @@ class ProcessChannel:
             raise ChildProcessError(exit_cause(returncode)) from None
         self.kill()
         raise TimeoutError
+
+    def answered_within(self, timeout: float) -> bool:
+        """Whether the worker's answer came within ``timeout`` seconds, its memory watched
+        meanwhile and once more when it answers."""
+        if self.watch is None:
+            return self.conn.poll(timeout)
+        deadline = time.monotonic() + timeout
+        while not self.conn.poll(max(min(WATCH_EVERY, deadline - time.monotonic()), 0)):
+            self.watch.look()
+            if time.monotonic() >= deadline:
+                return False
+        self.watch.look()
+        return True
+
+    def memory_at_bound(self) -> MemoryBoundExceeded | None:
+        """Whether the worker's memory is at its bound now (a failed allocation or a full
+        ``/dev/shm`` said so by an exception it raised)."""
+        if self.watch is None or not self.alive():
+            return None
+        try:
+            self.watch.look(force=True)
+        except MemoryBoundExceeded as exc:
+            return exc
+        return None
 
     def greeting(self, selector: str) -> Description:
         """The handshake: the description a freshly started worker sends. RegistryError when the
@@ -479,8 +508,24 @@ class ImplementationClient:
             )
         except LineError as exc:
             self.died(f"{self.name}'s worker broke the line in {call.op}() (it was killed): {exc}")
+        except MemoryBoundExceeded as exc:
+            raise ImplementationDied(self.past_the_bound(call.op, exc)) from None
         self.deaths_in_a_row = 0
         return answer
+
+    def past_the_bound(self, op: str, cause: MemoryBoundExceeded | Raised) -> str:
+        """The failure of a call whose worker reached its memory bound. Its state after that is
+        its own affair: the next call gets a fresh worker. Not a death: the run goes on with the
+        implementation's other tests."""
+        if isinstance(cause, MemoryBoundExceeded):
+            how = f"its resident, shared and /dev/shm memory reached {cause.used / 2**20:.0f} MiB"
+        else:
+            how = f"{cause.type_name}: {cause.message[:200]}"
+        bound = format_bytes(self.channel.setup.memory_bytes)
+        return (
+            f"{self.name} exceeded its memory bound of {bound} in {op}() ({how}); its worker was "
+            "restarted (--worker-memory)"
+        )
 
     def start_worker(self) -> None:
         """A fresh worker for the next call, which must be the implementation described before."""
@@ -512,15 +557,11 @@ class ImplementationClient:
 
     def unpack(self, op: str, answer: Answer):
         memory = getattr(self.channel, "setup", WorkerSetup(memory_bytes=None)).memory_bytes
-        if isinstance(answer, Raised) and memory is not None and self.out_of_memory(answer):
-            # Its state after a failed allocation is its own affair: the next call gets a fresh
-            # worker. Not a death: the run goes on with the implementation's other tests.
-            self.channel.kill()
-            raise ImplementationDied(
-                f"{self.name} exceeded its memory bound of {format_bytes(memory)} in {op}() "
-                f"({answer.type_name}: {answer.message[:200]}); its worker was restarted "
-                "(--worker-memory)"
-            )
+        if isinstance(answer, Raised) and memory is not None:
+            at_bound = self.channel.memory_at_bound()
+            if at_bound is not None or self.out_of_memory(answer):
+                self.channel.kill()
+                raise ImplementationDied(self.past_the_bound(op, at_bound or answer))
         if isinstance(answer, Raised):
             raise ImplementationRaised(
                 self.name, op, answer.type_name, answer.message, answer.trace
