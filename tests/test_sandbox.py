@@ -263,6 +263,12 @@ for what, attempt in [
         print("refused", what)
 libc = ctypes.CDLL(None, use_errno=True)
 print("refused ptrace" if libc.ptrace(16, parent, 0, 0) != 0 else "ALLOWED ptrace")
+print("namespaces", *(os.readlink(f"/proc/self/ns/{kind}") for kind in ("ipc", "mnt", "net")))
+shm = os.statvfs("/dev/shm")
+print("/dev/shm size", shm.f_blocks * shm.f_frsize)
+(Path("/dev/shm") / sys.argv[5]).write_text("left for another")
+libc.shmget.argtypes = (ctypes.c_int, ctypes.c_size_t, ctypes.c_int)
+print("SysV segment", libc.shmget(int(sys.argv[6]), 4096, 0o1000 | 0o600) >= 0)
 status = Path("/proc/self/status").read_text().splitlines()
 print("capabilities", [line for line in status if line.startswith("CapEff")][0].split()[1])
 """
@@ -285,11 +291,15 @@ def test_a_confined_process_can_write_only_its_scratch_as_root_and_as_an_ordinar
     scratch.mkdir()
     scratch.chmod(0o777)
     outside = shared / "outside"
+    left_in_shm = f"attnspec-sandbox-test-{os.getpid()}"
+    segment_key = 0x5A000000 + os.getpid()
+    before = machine_shared_state()
     with socket.create_server(("127.0.0.1", 0)) as listener:  # what a leaked secret would reach
         listener.settimeout(0.5)
         port = str(listener.getsockname()[1])
+        sandbox = str(ROOT / "impls" / "sandbox.py")
         run = subprocess.run(
-            [*command, str(scratch), str(outside), str(ROOT / "impls" / "sandbox.py"), port],
+            [*command, str(scratch), str(outside), sandbox, port, left_in_shm, str(segment_key)],
             cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
@@ -303,3 +313,11 @@ def test_a_confined_process_can_write_only_its_scratch_as_root_and_as_an_ordinar
     assert "capabilities 0000000000000000" in run.stdout
     assert (scratch / "written").read_text() == "ok"
     assert not outside.exists()
+    # its own IPC, mount and network namespaces, and a /dev/shm of its bound, gone with it
+    namespaces = next(line for line in run.stdout.splitlines() if line.startswith("namespaces"))
+    for kind in ("ipc", "mnt", "net"):
+        assert os.readlink(f"/proc/self/ns/{kind}") not in namespaces.split(), namespaces
+    assert f"/dev/shm size {1 << 30}" in run.stdout
+    assert "SysV segment True" in run.stdout
+    assert not (Path("/dev/shm") / left_in_shm).exists()
+    assert machine_shared_state() == before
