@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from conformance.bench.cli import EXIT_FAILS, EXIT_INCONCLUSIVE, EXIT_PASSES, exit_status
+from conformance.bench.fairness import ALLOWED_CPU_SECONDS, FREEZE, MEASURE, OFF
 from conformance.bench.gates import GATES_PATH
 from conformance.bench.measure import (
     FAILS,
@@ -33,6 +34,8 @@ CHEATS = "tests.planted.cheats"
 SMALL = BenchShape("small", 1, 2, 2, 64, 64, 16, "a test's")
 # Calls of tens of milliseconds, which a clock at half speed shifts beyond the line's noise.
 MEDIUM = BenchShape("medium", 1, 8, 8, 1024, 1024, 64, "a test's")
+# Calls of about 10 ms, in which a spinning process runs whole milliseconds.
+CROWDED = BenchShape("crowded", 1, 4, 4, 512, 512, 64, "a test's")
 # A roofline no call comes near: the tests not about it never meet it.
 UNBOUNDED = Machine("cpu", 1e18, 1e18, "a machine no call comes near")
 
@@ -92,6 +95,57 @@ def test_a_patched_clock_is_not_credible():
     assert "by the judge's clock three calls in four took at least" in result.subject.why_not
     result, _ = bench(f"{CHEATS}:halves_its_clock", MEDIUM, rounds=5, judge_clock=False)
     assert result.subject.credible, result.subject.why_not
+
+
+def crowded_bench(fairness: str):
+    """The crowding cheat timed against the plain formula at CROWDED, with ``fairness`` on both
+    sides; the judge's clock off, so that no timing on a busy machine decides a test."""
+    crowder, baseline = open_clients([f"{CHEATS}:crowds_the_machine_between_its_calls",
+                                      "tests.planted.clock:correct"])  # fmt: skip
+    try:
+        result = bench_shape(
+            crowder, baseline, CROWDED, "float32", UNBOUNDED, rounds=3, settle_seconds=0.01,
+            side_options={"fairness": fairness, "judge_clock": False},
+        )  # fmt: skip
+        return result, crowder.take_output()
+    finally:
+        crowder.close()
+        baseline.close()
+
+
+def test_a_candidate_crowding_its_baseline_is_frozen_while_the_baseline_is_timed():
+    """A rival's speed cannot be bought: while the baseline is timed, the crowding candidate's
+    worker (its spinning processes included) is frozen and runs nothing; watched but not frozen,
+    it runs, and the ratio is refused; with neither, it runs beside the baseline and its ratio
+    is taken as it came (the cheat goes through). What decides is CPU the crowder ran while it
+    was not timed, never how fast anything ran."""
+    name = f"{CHEATS}:crowds_the_machine_between_its_calls"
+    frozen, printed = crowded_bench(FREEZE)
+    assert "processes crowd the machine" in printed, printed
+    ran = frozen.sides[1].others_ran[name]
+    assert max(ran) <= ALLOWED_CPU_SECONDS, ran
+    assert all(side.credible for side in frozen.sides), [s.why_not for s in frozen.sides]
+    assert frozen.ratio is not None
+    watched, _ = crowded_bench(MEASURE)
+    assert not watched.sides[1].credible
+    assert watched.sides[1].why_not.startswith(f"timing not fair: {name}'s worker ran")
+    assert watched.ratio is None
+    unguarded, _ = crowded_bench(OFF)
+    assert max(unguarded.sides[1].others_ran[name]) > ALLOWED_CPU_SECONDS
+    assert all(side.credible for side in unguarded.sides)
+    assert unguarded.ratio is not None
+
+
+def test_an_implementation_timed_against_itself_is_not_frozen_under_its_own_call():
+    """One selector on both sides is one worker: freezing "the other side" would freeze the
+    call being timed (it hung until the call deadline)."""
+    [client] = open_clients(["tests.planted.clock:correct"], call_timeout=20)
+    try:
+        result = bench_shape(client, client, SMALL, "float32", UNBOUNDED, rounds=2,
+                             settle_seconds=0.01, side_options={"judge_clock": False})  # fmt: skip
+    finally:
+        client.close()
+    assert all(side.credible for side in result.sides), [s.why_not for s in result.sides]
 
 
 def test_a_time_below_the_roofline_is_not_credible_whatever_the_clocks_say():

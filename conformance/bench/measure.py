@@ -15,7 +15,9 @@ can fake"):
   to_numpy on the CPU, at a synchronised CUDA event on a GPU), and the judge's clock over each
   request, less the line's cost, must agree with the worker's (CREDIBLE below);
 - a patched clock in the worker: the same agreement;
-- a time below the roofline: not credible, whatever the clocks say (conformance.bench.roofline).
+- a time below the roofline: not credible, whatever the clocks say (conformance.bench.roofline);
+- a rival slowed: while one side is timed, the other side's worker is frozen, and a round in
+  which it ran anyway is refused (conformance.bench.fairness).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from conformance.bench.fairness import FREEZE, OFF, Quiet, unfair
 from conformance.bench.roofline import Machine, call_bytes, call_flops
 from conformance.bench.shapes import BenchShape
 from conformance.bench.timing import SETTLE_SECONDS
@@ -58,7 +61,8 @@ class WrongAnswer(Exception):
 @dataclass
 class TimedSide:
     """One implementation's calls in a bench. The switches (fresh_inputs, check_share,
-    judge_clock) exist so that tests can show each cheat succeeding without its defence."""
+    judge_clock, fairness) exist so that tests can show each cheat succeeding without its
+    defence."""
 
     client: ImplementationClient
     shape: BenchShape
@@ -68,7 +72,10 @@ class TimedSide:
     fresh_inputs: bool = True
     check_share: float = CHECK_SHARE
     judge_clock: bool = True
+    fairness: str = FREEZE  # what the other sides' workers undergo while this one is timed
     seconds: list[float] = field(default_factory=list)  # the worker's, timed calls only
+    # the CPU each other side's worker ran during each of this side's timed calls, by name
+    others_ran: dict[str, list[float]] = field(default_factory=dict)
     # the judge's, request by request, less the line's cost measured just after it
     judged: list[float] = field(default_factory=list)
     checked: int = 0  # answers checked, the first one included
@@ -107,10 +114,18 @@ class TimedSide:
         _, output, _ = self._request(seed)
         self.check(seed, output.array, HEADS_VALIDATED, "its first call, before any timing")
 
-    def timed_call(self, last: bool = False) -> None:
+    def timed_call(self, others: list[ImplementationClient], last: bool = False) -> None:
+        """One timed call, with ``others`` (the sides not timed) quiet as :attr:`fairness`
+        says."""
         seed = self._seed()
-        seconds, output, wall = self._request(seed)
-        self.probe_line()  # right after, warm as the call's request was (before, it cost more)
+        # a side timed against itself has one worker: it is not frozen under its own call
+        mine = worker_of(self.client)
+        workers = {o.name: pid for o in others if (pid := worker_of(o)) not in (None, mine)}
+        with Quiet(workers, self.fairness) as quiet:
+            seconds, output, wall = self._request(seed)
+            self.probe_line()  # right after, warm as the call's request was
+        for name, ran in quiet.ran.items():
+            self.others_ran.setdefault(name, []).append(ran)
         self.seconds.append(seconds)
         self.judged.append(wall - self.echoes[-1])
         # no timed answer checked yet: the last one is (a garbage-everywhere kernel never escapes)
@@ -148,7 +163,10 @@ class TimedSide:
 
     def contradiction(self) -> str | None:
         """Why the worker's times are not credible by the judge's clock, or None. Each request is
-        held to its own report (the load it met is the same for both clocks)."""
+        held to its own report (the load it met is the same for both clocks). A round in which
+        another side ran is refused first."""
+        if self.fairness != OFF and (why := unfair(self.client.name, self.others_ran)):
+            return why
         if not self.judge_clock or not self.seconds:
             return None
         reported = statistics.median(self.seconds)
@@ -168,6 +186,12 @@ class TimedSide:
         )
 
 
+def worker_of(client: ImplementationClient) -> int | None:
+    """The pid of ``client``'s worker, where it has one running."""
+    process = getattr(client.channel, "process", None)
+    return None if process is None else process.pid
+
+
 @dataclass(frozen=True)
 class SideResult:
     name: str
@@ -179,6 +203,8 @@ class SideResult:
     why_not: str | None
     checked: int
     worst_fraction: float
+    # the CPU each other side's worker ran during each of this side's timed calls, by name
+    others_ran: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def median(self) -> float:
@@ -208,7 +234,7 @@ def side_result(side: TimedSide, machine: Machine) -> SideResult:
         )
     return SideResult(
         side.client.name, list(side.seconds), flops, bytes_moved, bound, why_not is None,
-        why_not, side.checked, side.worst_fraction,
+        why_not, side.checked, side.worst_fraction, dict(side.others_ran),
     )  # fmt: skip
 
 
@@ -290,7 +316,8 @@ def bench_shape(
     for number in range(rounds):
         for side in sides:
             time.sleep(settle_seconds)
-            side.timed_call(last=number == rounds - 1)
+            others = [other.client for other in sides if other is not side]
+            side.timed_call(others, last=number == rounds - 1)
     results = [side_result(side, machine) for side in sides]
     if any(result.median < result.bound_seconds for result in results):
         machine = machine.at_best()  # the peaks again, before a time is called impossible

@@ -4,6 +4,8 @@ its stdout when its trick worked, so that a test sees the trick succeed with its
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -55,3 +57,27 @@ def fills_its_answer_on_a_thread(q, k, v, *, causal=True, scale=None):
     threading.Thread(target=later, daemon=True).start()
     print("cheat: answer deferred to a thread")
     return out
+
+
+_spinners: list[int] = []
+
+
+def crowds_the_machine_between_its_calls(q, k, v, *, causal=True, scale=None):
+    """Right on every call, and honest about its own time; but from its first call on, a busy
+    process per core spins in its worker, paused only while its own call runs: whatever is timed
+    beside it (its baseline) shares the cores with them."""
+    if not _spinners:
+        for _ in range(os.cpu_count() or 1):
+            pid = os.fork()
+            if pid == 0:
+                while True:
+                    pass
+            _spinners.append(pid)
+        print(f"cheat: {len(_spinners)} processes crowd the machine between its calls", flush=True)
+    for pid in _spinners:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        return correct(q, k, v, causal=causal, scale=scale)
+    finally:
+        for pid in _spinners:
+            os.kill(pid, signal.SIGCONT)
