@@ -34,6 +34,7 @@ from conformance.report.matrix import matrix_lines
 from conformance.report.tables import text_table
 from conformance.report.verdicts import shell_lines
 from conformance.run.collection import claims_of
+from conformance.run.commands import USAGE_ERROR, absolute_selector, usage_error
 from conformance.run.fork_server_client import isolated_command
 from conformance.run.options import add_to_command, pytest_arguments_of
 from conformance.run.profiles import DEFAULT_PROFILE, PROFILES
@@ -48,7 +49,6 @@ from spec.catalogue import load_catalogue
 from spec.regimes import regimes_of_claim
 
 CONFORMANCE_DIR = Path(__file__).resolve().parent
-USAGE_ERROR = 2
 LINE_WIDTH = 100  # what the command prints fits a terminal of this width
 PYTEST_USAGE_ERROR = 4
 
@@ -156,13 +156,6 @@ def as_judged_elsewhere(options: argparse.Namespace) -> None:
             setattr(options, name, Path(getattr(options, name)).resolve())
     searched = [os.getcwd(), *pythonpath_directories()]
     options.impl_path = list(dict.fromkeys([*(options.impl_path or ()), *searched]))
-
-
-def absolute_selector(selector: str) -> str:
-    """``./mykernel.py:attention`` with its file's path made absolute; others as they are."""
-    selector = selector.strip()
-    file = file_of_selector(selector)
-    return selector if file is None else f"{file}:{selector.partition(':')[2]}"
 
 
 def judge_environment() -> dict[str, str]:
@@ -337,11 +330,6 @@ def command_demo(options: argparse.Namespace) -> int:
 
 
 # --- the parser ---------------------------------------------------------------------------------
-
-
-def usage_error(message: str) -> int:
-    print(f"attnspec: error: {message}", file=sys.stderr)
-    return USAGE_ERROR
 
 
 def attnspec_version() -> str:

@@ -37,6 +37,7 @@ from conformance.bench.report import (
 from conformance.bench.roofline import Machine, measure_cpu, rated_gpu
 from conformance.bench.shapes import NAMED_SHAPES, BenchShape, parse_shape, parse_sweep
 from conformance.bench.timing import SETTLE_SECONDS
+from conformance.run.commands import absolute_selector, usage_error
 from conformance.run.worker_clients import ImplementationClient, WorkerSetup, open_clients
 from impls.registry import RegistryError
 from spec.dtypes import DTYPES
@@ -278,8 +279,6 @@ class BenchRun:
 
 
 def command_bench(options: argparse.Namespace) -> int:
-    from conformance.cli import usage_error
-
     try:
         run = run_bench(options)
     except BenchUsageError as exc:
@@ -305,8 +304,6 @@ def command_bench(options: argparse.Namespace) -> int:
 def run_bench(options: argparse.Namespace) -> BenchRun:
     """Measure what ``options`` (attnspec bench's) ask for; BenchUsageError where they cannot
     be measured as asked."""
-    from conformance.cli import absolute_selector
-
     if (getattr(options, "plot", None) or getattr(options, "report_html", None)) and not (
         options.sweep
     ):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.run.memory_watch import MEMORY_BOUND
 from conformance.run.options import DEFAULT_SEED, SEED_VAR, seed_value
 from conformance.run.selection import ENV_VAR
 from conformance.run.worker_clients import (
@@ -19,7 +20,6 @@ from conformance.run.worker_clients import (
     WorkerSetup,
     format_bytes,
 )
-from conformance.run.memory_watch import MEMORY_BOUND
 from impls.sandbox import NAMESPACE_NAMES, WORKER_VARIABLES, Confinement, expected_confinement
 
 REPORTED_ENV = (
