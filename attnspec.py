@@ -56,6 +56,17 @@ def main() -> int:
     return command()
 
 
+def judge(impl, **options):
+    """The verdict on ``impl`` from Python, as ``attnspec run`` gives it: see
+    :func:`conformance.verifier.judge` for the options and what it returns."""
+    problem = shadowing()
+    if problem:
+        raise ImportError(problem)
+    from conformance.verifier import judge as confined_judge
+
+    return confined_judge(impl, **options)
+
+
 def shadowed_standard_library() -> str | None:
     """Under --require-sandbox, one line naming a module on ``sys.path`` that shadows the standard
     library's, or None: such a file beside a candidate kernel would run in the judge (the

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.bench.cli import add_bench_parser
@@ -166,12 +167,19 @@ def judge_environment() -> dict[str, str]:
     return environ | {"PYTHONSAFEPATH": "1"}
 
 
-def command_run(options: argparse.Namespace) -> int:
-    if options.impl is not None:
-        try:
-            split_names_or_fail(options.impl)
-        except RegistryError as exc:
-            return usage_error(str(exc))
+@dataclass
+class JudgeRun:
+    """One confined run of the suite as ``attnspec run`` makes it: pytest's exit status, the
+    JSON report's data (None where the suite wrote none) and, where asked, what it printed."""
+
+    status: int
+    report: dict | None
+    output: str | None = None
+
+
+def run_judge(options: argparse.Namespace, capture: bool = False) -> JudgeRun:
+    """The suite, judged from a directory of its own by an isolated pytest (docs/isolation.md),
+    on what ``options`` (``attnspec run``'s) ask; ``capture``: its output kept, not printed."""
     as_judged_elsewhere(options)
     with tempfile.TemporaryDirectory(prefix="attnspec-run-") as scratch:
         options.report_json = options.report_json or Path(scratch) / "report.json"
@@ -183,24 +191,38 @@ def command_run(options: argparse.Namespace) -> int:
             shown = shlex.join(["python", "-I", "-m", "pytest", *command[6:]])
             print("\n".join(shell_lines(shown, "attnspec run: ", "  ")))
         sys.stdout.flush()
-        status = subprocess.call(command, cwd=judge, env=judge_environment())
-        if status == PYTEST_USAGE_ERROR:
-            # pytest's usage error (a bad --impl, say): this command's usage errors exit 2.
-            return USAGE_ERROR
-        if not report_json.exists():
-            print(
-                f"attnspec run: the suite ended with status {status} and wrote no report "
-                "(it crashed: see above)",
-                file=sys.stderr,
-            )
-            return status or 1
-        report = json.loads(report_json.read_text())
+        judged = subprocess.run(
+            command, cwd=judge, env=judge_environment(), text=True,
+            stdout=subprocess.PIPE if capture else None,
+            stderr=subprocess.STDOUT if capture else None,
+        )  # fmt: skip
+        report = json.loads(report_json.read_text()) if report_json.exists() else None
+    return JudgeRun(judged.returncode, report, judged.stdout)
+
+
+def command_run(options: argparse.Namespace) -> int:
+    if options.impl is not None:
+        try:
+            split_names_or_fail(options.impl)
+        except RegistryError as exc:
+            return usage_error(str(exc))
+    run = run_judge(options)
+    if run.status == PYTEST_USAGE_ERROR:
+        # pytest's usage error (a bad --impl, say): this command's usage errors exit 2.
+        return USAGE_ERROR
+    if run.report is None:
+        print(
+            f"attnspec run: the suite ended with status {run.status} and wrote no report "
+            "(it crashed: see above)",
+            file=sys.stderr,
+        )
+        return run.status or 1
     # The failures, each with its diagnosis and reproducer, are in the suite's own summary above.
     print()
     print("attnspec: claim x implementation")
-    for line in matrix_lines(report):
+    for line in matrix_lines(run.report):
         print(line)
-    return status
+    return run.status
 
 
 # --- attnspec explain ---------------------------------------------------------------------------

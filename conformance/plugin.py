@@ -38,6 +38,7 @@ from conformance.run.collection import (
     split_by_claims,
     suite_test_id,
 )
+from conformance.run.first_failure import FirstFailures, failure_rank
 from conformance.run.ledger import Ledger
 from conformance.run.options import add_to_pytest
 from conformance.run.profiles import active_profile
@@ -76,6 +77,7 @@ class Run:
     broken: dict[str, str] = field(default_factory=dict)  # name -> its first call's failure
     owns_truth: bool = False  # whether this process made TRUTH's directory (and removes it)
     threads_note: str | None = None  # the header's line when the run set thread counts
+    first_failures: FirstFailures = field(default_factory=FirstFailures)  # --first-failure
 
 
 RUN_KEY = pytest.StashKey[Run]()
@@ -275,6 +277,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:], dropped = split(items)
         if dropped:
             config.hook.pytest_deselected(items=dropped)
+    if run.settings.first_failure:
+        items.sort(key=lambda item: failure_rank(claims_of(item)))
 
 
 @pytest.fixture
@@ -285,6 +289,11 @@ def selected(request: pytest.FixtureRequest) -> Selected:
         pytest.skip(selected.skip_reason)
     if selected.client.crashed:
         pytest.skip(f"{selected.client.name} {selected.client.crashed}")
+    run = request.config.stash[RUN_KEY]
+    if run.settings.first_failure and (
+        why := run.first_failures.why_not_judged(selected.client.name)
+    ):
+        pytest.skip(why)
     selected.client.take_output()  # what it printed before this test is not this test's
     return selected
 
@@ -359,7 +368,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     subject = getattr(item, "funcargs", {}).get("subject")
     selected = selected_of(item)
     output = selected.client.take_output() if report.when == "call" and selected else ""
-    return complete_report(
+    report = complete_report(
         item,
         call,
         report,
@@ -368,6 +377,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         subject.reproducer if subject is not None else None,
         output,
     )
+    if run.settings.first_failure and report.failed and selected is not None:
+        run.first_failures.note(selected.client.name, claims_of(item), suite_test_id(item))
+    return report
 
 
 def _xdist_workers(config: pytest.Config) -> int:

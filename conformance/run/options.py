@@ -275,8 +275,10 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "--worker-memory",
-        "the data a worker may hold (RLIMIT_DATA): past it, the call fails as having exceeded "
-        "its memory bound, its worker is restarted and the run goes on; 0 for no bound.",
+        "the memory a worker may hold: its data (RLIMIT_DATA), and what the judge watches "
+        "besides, its resident and shared pages and its own /dev/shm (no larger than SIZE): past "
+        "it, the call fails as having exceeded its memory bound, its worker is restarted and the "
+        "run goes on; 0 for no bound.",
         format_bytes(DEFAULT_WORKER_MEMORY),
         metavar="SIZE",
         type=memory_value,
@@ -288,6 +290,15 @@ OPTIONS: tuple[Option, ...] = (
         f"{DEFAULT_IMPL_BUDGET:g}",
         metavar="SECONDS",
         type=budget_value,
+    ),
+    Option(
+        "--first-failure",
+        "stop judging an implementation at its first failed MUST claim, the claims that most "
+        "often fail run first: its verdict (FAILS) sooner, its other claims not checked, with "
+        "that reason. For loops where most candidates are wrong; under -n, exact where one xdist "
+        "worker runs all of an implementation's tests (--dist loadgroup, as attnspec run does).",
+        "every claim judged",
+        action="store_true",
     ),
     Option(
         "--no-truth-cache",

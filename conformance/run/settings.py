@@ -47,6 +47,7 @@ class RunSettings:
     in_process: bool
     sandbox: bool  # workers confined (impls.sandbox); not with --no-sandbox or --in-process
     require_sandbox: bool
+    first_failure: bool
     truth_cache: bool
     worker_setup: WorkerSetup
     report_json: Path | None
@@ -67,6 +68,7 @@ class RunSettings:
             in_process=config.getoption("in_process"),
             sandbox=not (config.getoption("no_sandbox") or config.getoption("in_process")),
             require_sandbox=config.getoption("require_sandbox"),
+            first_failure=config.getoption("first_failure"),
             truth_cache=not config.getoption("no_truth_cache"),
             worker_setup=worker_setup(config),
             report_json=config.getoption("report_json"),

@@ -1,0 +1,52 @@
+"""``--first-failure``: an implementation's verdict as soon as it FAILS, for loops where most
+candidates are wrong.
+
+The claims that most often fail run first: :data:`FAILURE_ORDER` ranks the MUST claims by how
+many of the zoo's mutants each rejects (docs/zoo.md's kill matrix, which
+``tests/test_first_failure.py`` holds this order to), so a wrong kernel meets the claim it most
+likely breaks early. Once one of an implementation's tests fails a MUST claim in a process of the
+run, its remaining tests there are not run: they are "not checked", with the reason, and its
+verdict is FAILS already.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# The MUST claims that reject a zoo mutant, most mutants first (ties in the catalogue's order).
+FAILURE_ORDER = (
+    "OUT-FORMULA", "OUT-WRITTEN", "MASK-PREFIX", "SOFTMAX-STABLE", "SCALE-FORMULA",
+    "LAYOUT-STRIDES", "OUT-AFFINE", "SCORE-DOT", "OUT-MULTIHEAD", "SOFTMAX-ROWSUM", "EMPTY-KV",
+    "MASK-ROW0", "MASK-FUTURE-INVARIANT", "SOFTMAX-MONOTONE", "OUT-CONVEX", "MASK-ZERO",
+    "CONTRACT-BATCH", "LSE-MERGE", "WINDOW-BOUNDS", "PAD-KEYS", "PAGED-KV", "OUT-HEAD-SHAPE",
+    "CONTRACT-DTYPE", "WINDOW-INVARIANT", "LSE-VALUE", "SOFTMAX-NONNEG", "CONTRACT-DETERMINISM",
+    "PAD-PACKED", "PAGED-UNREAD", "SINK-LOGIT", "SCORE-SHAPE", "GQA-GROUPS", "GQA-MQA",
+    "SOFTCAP", "ALIBI", "CHUNKED-LOCAL",
+)  # fmt: skip
+
+
+def failure_rank(claims: list[str]) -> int:
+    """Where a test with ``claims`` runs under --first-failure: the rank of its claim that
+    fails most often; after every ranked claim where it has none."""
+    ranks = [FAILURE_ORDER.index(claim) for claim in claims if claim in FAILURE_ORDER]
+    return min(ranks, default=len(FAILURE_ORDER))
+
+
+@dataclass
+class FirstFailures:
+    """What this process has seen fail: implementation -> (its claims, the test)."""
+
+    seen: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
+
+    def note(self, implementation: str, claims: list[str], test: str) -> None:
+        self.seen.setdefault(implementation, (tuple(claims), test))
+
+    def why_not_judged(self, implementation: str) -> str | None:
+        """The reason its next tests are not run, or None while it has failed nothing."""
+        if implementation not in self.seen:
+            return None
+        claims, test = self.seen[implementation]
+        return (
+            f"not judged further: {implementation} already FAILS {', '.join(claims)} "
+            f"({test}; --first-failure)"
+        )
