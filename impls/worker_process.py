@@ -18,7 +18,6 @@ import functools
 import json
 import os
 import sys
-import time
 import traceback
 import zlib
 from collections.abc import Callable
@@ -30,6 +29,7 @@ import numpy as np
 
 from impls.bench_inputs import fresh_inputs
 from impls.contract import Implementation
+from impls.device_clock import AnswerStillWritten, DeviceClock
 from impls.messages import (
     OPS,
     SEVERAL_OUTPUTS,
@@ -307,65 +307,11 @@ def bench_call(
         out = impl.attention(*natives, **call.keywords)
         readable = clock.stop(lambda: impl.to_numpy(out))
         output = returned(impl, out, input_device)
+    except AnswerStillWritten as exc:
+        return Broke(str(exc))
     except BaseException as exc:
         return raised(exc)
     return Timed((readable,), (output,))
-
-
-class DeviceClock:
-    """The worker's clock for one timed call: perf_counter on the CPU, CUDA events (torch's or
-    CuPy's, by the implementation's family) on a GPU, after a write of more than any L2 cache."""
-
-    FLUSH_BYTES = 256 * 2**20
-    _flushes: dict[str, Callable[[], object]] = {}  # noqa: RUF012  # per library, made once
-
-    def __init__(self, make_event=None, seconds_between=None, flush=None):
-        self.make_event, self.seconds_between, self.flush = make_event, seconds_between, flush
-
-    @classmethod
-    def of(cls, impl, flush_cache: bool) -> DeviceClock:
-        if impl.device != "cuda":
-            return cls()
-        if impl.family == "cupy":
-            import cupy
-
-            if "cupy" not in cls._flushes:
-                buffer = cupy.empty(cls.FLUSH_BYTES, dtype=cupy.int8)
-                cls._flushes["cupy"] = lambda: buffer.fill(0)
-            return cls(
-                cupy.cuda.Event,
-                lambda first, last: cupy.cuda.get_elapsed_time(first, last) / 1e3,
-                cls._flushes["cupy"] if flush_cache else None,
-            )
-        import torch
-
-        if "torch" not in cls._flushes:
-            buffer = torch.empty(cls.FLUSH_BYTES, dtype=torch.int8, device="cuda")
-            cls._flushes["torch"] = buffer.zero_
-        return cls(
-            lambda: torch.cuda.Event(enable_timing=True),
-            lambda first, last: first.elapsed_time(last) / 1e3,
-            cls._flushes["torch"] if flush_cache else None,
-        )
-
-    def start(self) -> None:
-        if self.make_event is None:
-            self.started = time.perf_counter()
-            return
-        if self.flush is not None:
-            self.flush()
-        self.first, self.last = self.make_event(), self.make_event()
-        self.first.record()
-
-    def stop(self, read: Callable[[], object]) -> float:
-        """Seconds since start(); ``read()`` makes the answer readable: inside the window on the
-        CPU, after the last event on a GPU (a copy to the host is not the kernel's time)."""
-        if self.make_event is None:
-            read()
-            return time.perf_counter() - self.started
-        self.last.record()
-        self.last.synchronize()
-        return self.seconds_between(self.first, self.last)
 
 
 def serve(conn: Connection, selector: str) -> None:

@@ -8,6 +8,7 @@ import importlib.util
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from conformance.bench.cli import EXIT_FAILS, EXIT_INCONCLUSIVE, EXIT_PASSES, exit_status
@@ -27,7 +28,7 @@ from conformance.bench.measure import (
 from conformance.bench.roofline import Machine, call_bytes, call_flops
 from conformance.bench.shapes import NAMED_SHAPES, BenchShape, parse_shape
 from conformance.run.worker_clients import open_clients
-from impls.worker_process import DeviceClock
+from impls.device_clock import AnswerStillWritten, DeviceClock
 from tests.suite_process import run_attnspec as attnspec
 
 CHEATS = "tests.planted.cheats"
@@ -72,17 +73,32 @@ def test_garbage_on_timed_calls_is_checked_without_warning():
     assert isinstance(outcome, WrongAnswer), outcome
     assert "is wrong in timed call" in str(outcome)
     # its defence off (no timed answer checked), the garbage goes through
-    outcome, printed = bench(f"{CHEATS}:garbage_after_its_first_call", check_share=0.0)
+    outcome, printed = bench(
+        f"{CHEATS}:garbage_after_its_first_call", check_share=0.0, check_last=False
+    )
     assert not isinstance(outcome, WrongAnswer), outcome
     assert "cheat: garbage returned" in printed
+
+
+def test_garbage_on_the_last_timed_call_is_checked():
+    outcome, _ = bench(f"{CHEATS}:garbage_on_its_last_timed_call", check_share=0.0)
+    assert isinstance(outcome, WrongAnswer), outcome
+    assert "is wrong in timed call 4" in str(outcome)
+    # its defence off (the last call checked only by chance, and never here), it goes through
+    outcome, printed = bench(
+        f"{CHEATS}:garbage_on_its_last_timed_call", check_share=0.0, check_last=False
+    )
+    assert not isinstance(outcome, WrongAnswer), outcome
+    assert "cheat: garbage on the last timed call" in printed
 
 
 def test_work_deferred_past_the_timer_is_a_wrong_answer():
     outcome, _ = bench(f"{CHEATS}:fills_its_answer_on_a_thread")
     assert isinstance(outcome, WrongAnswer), outcome
     outcome, printed = bench(
-        f"{CHEATS}:fills_its_answer_on_a_thread", check_share=0.0, judge_clock=False
-    )
+        f"{CHEATS}:fills_its_answer_on_a_thread", check_share=0.0, check_last=False,
+        judge_clock=False,
+    )  # fmt: skip
     assert not isinstance(outcome, WrongAnswer), outcome
     assert "cheat: answer deferred to a thread" in printed
     assert outcome.subject.credible
@@ -269,6 +285,7 @@ def side_with(reported: list[float], judged: list[float]) -> TimedSide:
     side = TimedSide.__new__(TimedSide)
     side.client, side.echoes, side.judge_clock = SimpleNamespace(name="k"), [0.003], True
     side.seconds, side.judged = reported, judged
+    side.fairness, side.others_ran = FREEZE, {}
     return side
 
 
@@ -308,26 +325,60 @@ class Recorded:
         self.log.append("record")
 
     def synchronize(self):
-        self.log.append("synchronize")
+        self.log.append("event synchronize")
+
+
+def stand_in_clock(log: list, flush: bool = True, device=None) -> DeviceClock:
+    """The GPU path of the worker's clock with stand-ins that write what they do in ``log``."""
+    return DeviceClock(
+        lambda: Recorded(log),
+        lambda first, last: 0.004,
+        (lambda: log.append("flush")) if flush else None,
+        device or (lambda: log.append("device idle")),
+        lambda: log.append("persisting L2 set to 0"),
+    )
 
 
 def test_a_gpu_clock_flushes_first_and_reads_the_answer_outside_its_window():
-    """The GPU path of the worker's clock (impls.worker_process.DeviceClock) with stand-in
-    events: the L2 flush before the first event, the copy to the host after the last one is
-    synchronised, so that neither is counted in the kernel's time; without a flush when warm."""
+    """The GPU path of the worker's clock (impls.device_clock.DeviceClock) with stand-ins: the
+    whole device idle before the window (nothing of an earlier call, or of another stream, still
+    running), the L2's persisting carve-out set to 0 before the flush (a persisting window
+    survives a flush), the copy to the host after the last event, and the device idle again
+    before a second reading; without a flush or a carve-out when warm."""
     log: list[str] = []
-    clock = DeviceClock(
-        lambda: Recorded(log), lambda first, last: 0.004, lambda: log.append("flush")
-    )
+    clock = stand_in_clock(log)
     clock.start()
     log.append("call")
-    assert clock.stop(lambda: log.append("read")) == 0.004
-    assert log == ["flush", "record", "call", "record", "synchronize"]
-    warm = DeviceClock(lambda: Recorded(log), lambda first, last: 0.004, None)
+    assert clock.stop(lambda: log.append("read") or [1.0]) == 0.004
+    assert log == ["device idle", "persisting L2 set to 0", "flush", "record", "call", "record",
+                   "event synchronize", "read", "device idle", "read"]  # fmt: skip
+    warm = stand_in_clock(log, flush=False)
     log.clear()
     warm.start()
-    assert log == ["record"]
+    assert log == ["device idle", "record"]
     cpu = DeviceClock()  # the CPU's clock: the answer is read inside the window
     cpu.start()
     cpu.stop(lambda: log.append("read on the cpu"))
     assert log[-1] == "read on the cpu"
+
+
+def test_an_answer_still_written_after_the_call_returned_breaks_the_contract():
+    """A kernel whose answer is finished on a stream the call did not wait for: read at the
+    last event it is not yet written, read once the whole device is idle it is. The stand-in
+    device finishes the pending write when it is synchronised."""
+    answer = np.zeros(4)
+    pending = [lambda: answer.__setitem__(slice(None), 1.0)]
+
+    def device_idle():
+        while pending:
+            pending.pop()()
+
+    clock = stand_in_clock([], device=device_idle)
+    pending.clear()  # nothing in flight before the window opens
+    clock.start()
+    pending.append(lambda: answer.__setitem__(slice(None), 1.0))  # the call's hidden stream
+    with pytest.raises(AnswerStillWritten, match="still being written"):
+        clock.stop(lambda: answer.copy())
+    honest = stand_in_clock([], device=device_idle)
+    honest.start()
+    assert honest.stop(lambda: answer.copy()) == 0.004  # written before it returned

@@ -38,7 +38,14 @@ from conformance.bench.roofline import Machine, measure_cpu, rated_gpu
 from conformance.bench.shapes import NAMED_SHAPES, BenchShape, parse_shape, parse_sweep
 from conformance.bench.timing import SETTLE_SECONDS
 from conformance.run.commands import absolute_selector, usage_error
-from conformance.run.worker_clients import ImplementationClient, WorkerSetup, open_clients
+from conformance.run.worker_clients import (
+    ImplementationBroke,
+    ImplementationClient,
+    ImplementationDied,
+    ImplementationRaised,
+    WorkerSetup,
+    open_clients,
+)
 from impls.registry import RegistryError
 from spec.dtypes import DTYPES
 
@@ -358,6 +365,10 @@ def run_bench(options: argparse.Namespace) -> BenchRun:
                     )  # fmt: skip
                 except WrongAnswer as exc:
                     problems.append(f"{shape.name}: {exc}")
+                    continue
+                except (ImplementationRaised, ImplementationBroke, ImplementationDied) as exc:
+                    # what it raised, broke or how it died, as the suite says it: not timed
+                    problems.append(f"{shape.name}: not timed: {exc}")
                     continue
                 results.append(result)
                 machine = machines[device, dtype] = result.machine  # measured again, maybe

@@ -9,7 +9,7 @@ can fake"):
   can be computed before its call;
 - garbage on timed calls: there is no separate checked call. The first call of each side is
   checked before anything is timed (a wrong answer is not timed); after it, each answer is
-  checked with probability CHECK_SHARE, the last one where none was, decided once the answer is
+  checked with probability CHECK_SHARE, and the last one always, decided once the answer is
   back, on heads drawn then too;
 - work deferred past the timer: the worker's window ends when the answer can be read (after
   to_numpy on the CPU, at a synchronised CUDA event on a GPU), and the judge's clock over each
@@ -61,8 +61,8 @@ class WrongAnswer(Exception):
 @dataclass
 class TimedSide:
     """One implementation's calls in a bench. The switches (fresh_inputs, check_share,
-    judge_clock, fairness) exist so that tests can show each cheat succeeding without its
-    defence."""
+    check_last, judge_clock, fairness) exist so that tests can show each cheat succeeding
+    without its defence."""
 
     client: ImplementationClient
     shape: BenchShape
@@ -71,6 +71,7 @@ class TimedSide:
     flush_cache: bool = True
     fresh_inputs: bool = True
     check_share: float = CHECK_SHARE
+    check_last: bool = True  # the last timed call's answer checked, whatever the draw
     judge_clock: bool = True
     fairness: str = FREEZE  # what the other sides' workers undergo while this one is timed
     seconds: list[float] = field(default_factory=list)  # the worker's, timed calls only
@@ -128,8 +129,9 @@ class TimedSide:
             self.others_ran.setdefault(name, []).append(ran)
         self.seconds.append(seconds)
         self.judged.append(wall - self.echoes[-1])
-        # no timed answer checked yet: the last one is (a garbage-everywhere kernel never escapes)
-        due = last and self.checked == 1 and self.check_share > 0
+        # the last answer always (a kernel that counts its calls knows which is last, and one
+        # that returns garbage everywhere never escapes), the others by chance
+        due = last and self.check_last
         if due or self.choices.random() < self.check_share:
             self.check(seed, output.array, HEADS_CHECKED, f"timed call {len(self.seconds)}")
 

@@ -81,3 +81,17 @@ def crowds_the_machine_between_its_calls(q, k, v, *, causal=True, scale=None):
     finally:
         for pid in _spinners:
             os.kill(pid, signal.SIGCONT)
+
+
+_counted = [0]
+
+
+def garbage_on_its_last_timed_call(q, k, v, *, causal=True, scale=None):
+    """Right on every call but the one it counts as the last timed one (the first call is the
+    bench's check before timing, then tests/test_bench.py's 4 rounds): zeros there, the call a
+    bench that checks timed answers only by chance is least likely to look at."""
+    _counted[0] += 1
+    if _counted[0] < 5:
+        return correct(q, k, v, causal=causal, scale=scale)
+    print("cheat: garbage on the last timed call")
+    return np.zeros((*q.shape[:-1], v.shape[-1]), q.dtype)
