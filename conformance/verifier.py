@@ -114,7 +114,11 @@ class Verdict:
         return bool(judged) and all(s.conforms for s in judged) and speed
 
     def __getitem__(self, name: str) -> SubjectResult:
-        return self.subjects[name]
+        """An implementation's verdict by its name, or by the selector it was judged by (a
+        file's path as given, relative or not)."""
+        if name in self.subjects:
+            return self.subjects[name]
+        return self.subjects[absolute_selector(name)]
 
 
 def claim_result(claim_id: str, entry: dict) -> ClaimResult:

@@ -149,3 +149,17 @@ def test_gpu_extra_memory(perf_table):
         f"cupy_naive's extra memory grew {growth:.2f}x from T=4096 to 8192, but its materialised "
         "(T, T) scores should make it about 4x"
     )
+
+
+def test_an_answer_written_on_a_side_stream_is_not_timed(torch_cuda):
+    """impls/device_clock.py's defence on a real device: the answer read at the last event
+    differs from the one read on an idle device, so the bench refuses to time it."""
+    from tests.suite_process import run_attnspec
+
+    run = run_attnspec(
+        "bench", "--impl", "tests.planted.gpu_cheats:answer_on_a_side_stream", "--baseline",
+        "none", "--shape", "1,8,8,1024,1024,64", "--dtype", "bfloat16", "--rounds", "3",
+    )  # fmt: skip
+    output = run.stdout + run.stderr
+    assert run.returncode == 1, output[-3000:]
+    assert "still being written" in output, output[-3000:]

@@ -96,3 +96,15 @@ def test_judge_refuses_what_names_nothing():
         attnspec.judge([])
     with pytest.raises(ValueError, match="no_such_module"):
         attnspec.judge("no_such_module:attention", claims="SCORE-SHAPE")
+
+
+def test_a_candidate_named_by_its_file_is_found_by_the_path_it_was_given(tmp_path, monkeypatch):
+    (tmp_path / "k17.py").write_text(
+        "from spec.formula import reference_attention\n"
+        "def attention(q, k, v, *, causal=True, scale=None):\n"
+        "    return reference_attention(q, k, v, causal=causal, scale=scale).astype(q.dtype)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    verdict = attnspec.judge("k17.py:attention", claims="SCORE-SHAPE", impl_paths=[ROOT])
+    assert verdict["k17.py:attention"].conforms
+    assert verdict.conforms
