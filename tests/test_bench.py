@@ -68,28 +68,24 @@ def test_answers_cached_by_input_gain_nothing():
     assert printed.count("cheat: an answer from the cache") == 4, printed  # the 4 timed calls
 
 
-def test_garbage_on_timed_calls_is_checked_without_warning():
-    outcome, _ = bench(f"{CHEATS}:garbage_after_its_first_call")
+@pytest.mark.parametrize(
+    ("cheat", "checks", "caught", "printed_when_not"),
+    [
+        # garbage after the first call: caught by the random checks of timed answers
+        ("garbage_after_its_first_call", {}, "is wrong in timed call", "garbage returned"),
+        # garbage on the call it counts as the last: caught by the last call's check alone
+        ("garbage_on_its_last_timed_call", {"check_share": 0.0}, "is wrong in timed call 4",
+         "garbage on the last timed call"),
+    ],
+)  # fmt: skip
+def test_garbage_on_timed_calls_is_checked_without_warning(cheat, checks, caught, printed_when_not):
+    outcome, _ = bench(f"{CHEATS}:{cheat}", **checks)
     assert isinstance(outcome, WrongAnswer), outcome
-    assert "is wrong in timed call" in str(outcome)
-    # its defence off (no timed answer checked), the garbage goes through
-    outcome, printed = bench(
-        f"{CHEATS}:garbage_after_its_first_call", check_share=0.0, check_last=False
-    )
+    assert caught in str(outcome)
+    # its defence off (no timed answer checked, the last one neither), the garbage goes through
+    outcome, printed = bench(f"{CHEATS}:{cheat}", check_share=0.0, check_last=False)
     assert not isinstance(outcome, WrongAnswer), outcome
-    assert "cheat: garbage returned" in printed
-
-
-def test_garbage_on_the_last_timed_call_is_checked():
-    outcome, _ = bench(f"{CHEATS}:garbage_on_its_last_timed_call", check_share=0.0)
-    assert isinstance(outcome, WrongAnswer), outcome
-    assert "is wrong in timed call 4" in str(outcome)
-    # its defence off (the last call checked only by chance, and never here), it goes through
-    outcome, printed = bench(
-        f"{CHEATS}:garbage_on_its_last_timed_call", check_share=0.0, check_last=False
-    )
-    assert not isinstance(outcome, WrongAnswer), outcome
-    assert "cheat: garbage on the last timed call" in printed
+    assert f"cheat: {printed_when_not}" in printed
 
 
 def test_work_deferred_past_the_timer_is_a_wrong_answer():
