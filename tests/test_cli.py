@@ -336,7 +336,8 @@ def test_every_option_given_to_attnspec_run_reaches_pytest_as_parsed(tmp_path):
     given = [
         *("--impl", "numpy,numpy_flash", "--impl", "torch_sdpa", "--claims", "mask-*,OUT-FORMULA"),
         *("--seed", "7", "--fail-on-should", "--timeout", "2.5", "--in-process", "--no-sandbox"),
-        *("--require-sandbox", "--no-truth-cache", "--report-json", str(tmp_path / "r.json")),
+        *("--require-sandbox", "--first-failure", "--no-truth-cache"),
+        *("--report-json", str(tmp_path / "r.json")),
         *("--report-html", str(tmp_path / "r.html")),
         *("--impl-path", str(tmp_path), "--pass-env", "HF_*", "--worker-memory", "2GiB"),
         *("--impl-budget", "600"),
