@@ -163,3 +163,19 @@ def test_an_answer_written_on_a_side_stream_is_not_timed(torch_cuda):
     output = run.stdout + run.stderr
     assert run.returncode == 1, output[-3000:]
     assert "still being written" in output, output[-3000:]
+
+
+def test_a_rival_left_running_on_the_gpu_is_refused(torch_cuda):
+    """conformance/bench/device_activity.py's watch on a real device: the planted kernel left
+    running after each call keeps the GPU busy while torch_sdpa_cuda is timed, and NVML's
+    samples of its worker refuse the ratio."""
+    from tests.suite_process import run_attnspec
+
+    run = run_attnspec(
+        "bench", "--impl", "tests.planted.gpu_cheats:leaves_a_kernel_running", "--baseline",
+        "torch_sdpa_cuda", "--shape", "1,8,8,1024,1024,64", "--dtype", "bfloat16",
+        "--rounds", "3",
+    )  # fmt: skip
+    output = run.stdout + run.stderr
+    assert run.returncode == 1, output[-3000:]
+    assert "kept the GPU busy" in output, output[-3000:]

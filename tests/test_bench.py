@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from conformance.bench.cli import EXIT_FAILS, EXIT_INCONCLUSIVE, EXIT_PASSES, exit_status
-from conformance.bench.fairness import ALLOWED_CPU_SECONDS, FREEZE, MEASURE, OFF
+from conformance.bench.device_activity import DeviceActivity
+from conformance.bench.fairness import ALLOWED_CPU_SECONDS, FREEZE, MEASURE, OFF, Quiet, unfair
 from conformance.bench.gates import GATES_PATH
 from conformance.bench.measure import (
     FAILS,
@@ -148,6 +151,31 @@ def test_a_candidate_crowding_its_baseline_is_frozen_while_the_baseline_is_timed
     assert unguarded.ratio is not None
 
 
+def test_a_rival_left_busy_on_the_gpu_refuses_the_round():
+    """Freezing a worker does not stop kernels it queued: on a GPU the other side's processes
+    are watched through NVML's samples during each timed call (stand-in samples here, as
+    perf/test_gpu.py's planted kernel left running gives them on a device). A sample of its
+    worker busy refuses the round; samples of other processes, or none, do not."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        for samples, busy in [
+            (lambda since: [(sleeper.pid, since + 10, 87)], 87),  # its worker kept the GPU busy
+            (lambda since: [(sleeper.pid + 1, since + 10, 99)], 0),  # another process did
+            (lambda since: [(sleeper.pid, since - 10, 99)], 0),  # before the call began
+            (lambda since: [], 0),
+        ]:
+            with Quiet({"rival": sleeper.pid}, OFF, DeviceActivity(samples)) as quiet:
+                pass
+            assert quiet.busy == {"rival": busy}
+            why = unfair("timed", {"rival": [0.0]}, {"rival": [quiet.busy["rival"]]})
+            assert (why is not None) == (busy > 0), why
+        assert "kept the GPU busy (SM 87 %" in unfair("timed", {}, {"rival": [87]})
+        assert not DeviceActivity(None).watched  # no NVML: the CPU's watch alone
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_an_implementation_timed_against_itself_is_not_frozen_under_its_own_call():
     """One selector on both sides is one worker: freezing "the other side" would freeze the
     call being timed (it hung until the call deadline)."""
@@ -281,7 +309,7 @@ def side_with(reported: list[float], judged: list[float]) -> TimedSide:
     side = TimedSide.__new__(TimedSide)
     side.client, side.echoes, side.judge_clock = SimpleNamespace(name="k"), [0.003], True
     side.seconds, side.judged = reported, judged
-    side.fairness, side.others_ran = FREEZE, {}
+    side.fairness, side.others_ran, side.others_busy = FREEZE, {}, {}
     return side
 
 

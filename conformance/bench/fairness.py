@@ -9,8 +9,9 @@ from their CPU clocks (``clock_getcpuclockid``: every thread, to the nanosecond)
 that ran more than :data:`ALLOWED_CPU_SECONDS` during a call, or one that could not be frozen
 and ran that much, makes the round unfair, and the bench refuses its ratio ("timing not fair").
 
-On a GPU, freezing a process does not stop kernels it already queued on the device: that is
-the device's side of the same defence (docs/performance.md).
+On a GPU, freezing a process does not stop kernels it already queued on the device: there the
+other side's processes are watched through NVML's samples during each timed call, and a round in
+which one kept the GPU busy is refused too (conformance/bench/device_activity.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from conformance.bench.device_activity import DeviceActivity
 from conformance.run.memory_watch import processes_of
 
 # What a frozen process may run during a call: the instants between SIGSTOP's sending and its
@@ -70,7 +72,9 @@ class Quiet:
 
     workers: dict[str, int]  # name -> worker pid
     mode: str = FREEZE
+    device: DeviceActivity | None = None  # the GPU's samples, where the sides run on one
     ran: dict[str, float] = field(default_factory=dict)
+    busy: dict[str, int] = field(default_factory=dict)  # name -> SM utilisation seen, percent
     frozen: bool = False
 
     def __enter__(self) -> Quiet:
@@ -78,6 +82,8 @@ class Quiet:
         if self.mode == FREEZE:
             self.frozen = self._freeze()
         self.before = {name: cpu_seconds(pids) for name, pids in self.trees.items()}
+        if self.device is not None:
+            self.device.start()
         return self
 
     def _freeze(self) -> bool:
@@ -108,6 +114,8 @@ class Quiet:
             # a process forked meanwhile (where nothing was frozen) ran all its life in the call
             later = [p for p in processes_of(self.workers[name]) if p not in pids]
             self.ran[name] = cpu_seconds(pids) - self.before[name] + cpu_seconds(later)
+            if self.device is not None:
+                self.busy[name] = self.device.busiest([*pids, *later])
         if self.frozen:
             self._thaw({pid for pids in self.trees.values() for pid in pids})
 
@@ -118,9 +126,17 @@ class Quiet:
                 os.kill(pid, signal.SIGCONT)
 
 
-def unfair(timed: str, ran: dict[str, list[float]]) -> str | None:
-    """Why ``timed``'s calls were not timed fairly, from what the other sides ran during each,
-    or None."""
+def unfair(
+    timed: str, ran: dict[str, list[float]], busy: dict[str, list[int]] | None = None
+) -> str | None:
+    """Why ``timed``'s calls were not timed fairly, from what the other sides ran during each
+    (CPU seconds, and the GPU's utilisation where it was watched), or None."""
+    for other, percents in (busy or {}).items():
+        if max(percents, default=0) > 0:
+            return (
+                f"timing not fair: {other}'s worker kept the GPU busy (SM {max(percents)} % in "
+                f"NVML's samples) during one of {timed}'s timed calls, so the ratio is refused"
+            )
     for other, seconds in ran.items():
         worst = max(seconds, default=0.0)
         if worst > ALLOWED_CPU_SECONDS:

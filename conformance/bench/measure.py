@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from conformance.bench.device_activity import DeviceActivity
 from conformance.bench.fairness import FREEZE, OFF, Quiet, unfair
 from conformance.bench.roofline import Machine, call_bytes, call_flops
 from conformance.bench.shapes import BenchShape
@@ -74,9 +75,12 @@ class TimedSide:
     check_last: bool = True  # the last timed call's answer checked, whatever the draw
     judge_clock: bool = True
     fairness: str = FREEZE  # what the other sides' workers undergo while this one is timed
+    device_activity: DeviceActivity | None = None  # the GPU's samples, where it is one
     seconds: list[float] = field(default_factory=list)  # the worker's, timed calls only
     # the CPU each other side's worker ran during each of this side's timed calls, by name
     others_ran: dict[str, list[float]] = field(default_factory=dict)
+    # the SM utilisation NVML saw of each other side's worker during each timed call, by name
+    others_busy: dict[str, list[int]] = field(default_factory=dict)
     # the judge's, request by request, less the line's cost measured just after it
     judged: list[float] = field(default_factory=list)
     checked: int = 0  # answers checked, the first one included
@@ -122,11 +126,13 @@ class TimedSide:
         # a side timed against itself has one worker: it is not frozen under its own call
         mine = worker_of(self.client)
         workers = {o.name: pid for o in others if (pid := worker_of(o)) not in (None, mine)}
-        with Quiet(workers, self.fairness) as quiet:
+        with Quiet(workers, self.fairness, self.device_activity) as quiet:
             seconds, output, wall = self._request(seed)
             self.probe_line()  # right after, warm as the call's request was
         for name, ran in quiet.ran.items():
             self.others_ran.setdefault(name, []).append(ran)
+        for name, busy in quiet.busy.items():
+            self.others_busy.setdefault(name, []).append(busy)
         self.seconds.append(seconds)
         self.judged.append(wall - self.echoes[-1])
         # the last answer always (a kernel that counts its calls knows which is last, and one
@@ -167,7 +173,8 @@ class TimedSide:
         """Why the worker's times are not credible by the judge's clock, or None. Each request is
         held to its own report (the load it met is the same for both clocks). A round in which
         another side ran is refused first."""
-        if self.fairness != OFF and (why := unfair(self.client.name, self.others_ran)):
+        why = unfair(self.client.name, self.others_ran, self.others_busy)
+        if self.fairness != OFF and why:
             return why
         if not self.judge_clock or not self.seconds:
             return None
@@ -308,8 +315,11 @@ def bench_shape(
     WrongAnswer where a checked answer is wrong. ``side_options``: TimedSide's switches, for the
     tests that plant cheaters."""
     clients = [subject] + ([baseline] if baseline is not None else [])
+    options = dict(side_options or {})
+    if len(clients) > 1 and any(client.device == "cuda" for client in clients):
+        options.setdefault("device_activity", DeviceActivity.of_machine())
     sides = [
-        TimedSide(client, shape, dtype, causal, flush_cache=not warm, **(side_options or {}))
+        TimedSide(client, shape, dtype, causal, flush_cache=not warm, **options)
         for client in clients
     ]
     for side in sides:
