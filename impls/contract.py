@@ -7,7 +7,9 @@ Two ways in:
   native arrays and back;
 * a plain callable ``fn(q, k, v, *, causal=True, scale=None) -> numpy.ndarray`` on NumPy arrays
   q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv), returning (B, H, Tq, Dv) in q's dtype,
-  wrapped by :class:`PlainCallable` and checked in float32 and float64.
+  wrapped by :class:`PlainCallable` and checked in float32 and float64; its backward, where it
+  has one, is an attribute ``fn.vjp(q, k, v, grad_out, *, causal, scale, **keywords)``, the
+  contract of :meth:`Implementation.vjp`.
 
 Causal attention is bottom-right aligned: query row i sits at absolute position i + Tk - Tq and
 sees keys j <= i + Tk - Tq, so Tq = 1 against a cache of Tk keys is one decoding step.
@@ -158,9 +160,19 @@ class Implementation(ABC):
         o = sum_i exp(lse_i - L) o_i, L = logsumexp_i lse_i; returns (out, lse)."""
         raise NotImplementedError(f"{self.name} does not merge states")
 
-    def vjp(self, q, k, v, grad_out, *, causal: bool = True, scale: float | None = None):
-        """Gradients (dq, dk, dv) of sum(out * grad_out), where ``capabilities.autograd``."""
-        raise NotImplementedError(f"{self.name} does not support autograd")
+    def vjp(
+        self, q, k, v, grad_out, *, causal: bool = True, scale: float | None = None,
+        grad_lse=None, **variant,
+    ):  # fmt: skip
+        """The backward pass, where ``capabilities.autograd``: the gradients (dq, dk, dv) of
+        L = sum(out * grad_out), out = attention(q, k, v, causal=..., scale=..., **variant),
+        each of its input's shape (dk and dv summed over each group of grouped heads), native
+        arrays. It takes the keywords of every feature it declares but ``paged`` and
+        ``query_lengths`` (spec.features: ``differentiated``). With ``sinks``, the sinks are an
+        input too: (dq, dk, dv, dsinks), dsinks (H,). Where it declares ``lse``, ``grad_lse``
+        (B, H, Tq), a native array or None, adds sum(lse * grad_lse) to L, lse in the declared
+        base. A row that sees no key has gradient 0, never NaN (``docs/gradients.md``)."""
+        raise NotImplementedError(f"{self.name} does not declare a backward (autograd)")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} ({self.family}, {self.device})>"
@@ -255,6 +267,8 @@ class PlainCallable(NumpyArrays, Implementation):
             merges_states="return_lse" in accepted and callable(getattr(fn, "merge_states", None)),
             # the page sizes its paged cache takes: as fn.page_sizes = (16,); None: any
             page_sizes=None if getattr(fn, "page_sizes", None) is None else tuple(fn.page_sizes),
+            # its backward: an attribute, as fn.vjp = my_backward (Implementation.vjp's contract)
+            autograd=callable(getattr(fn, "vjp", None)),
         )
 
     def version(self) -> str:
@@ -266,9 +280,20 @@ class PlainCallable(NumpyArrays, Implementation):
         return self.fn.merge_states(outputs, lses)
 
     def attention(self, q, k, v, *, causal=True, scale=None, **variant):
+        return self.fn(q, k, v, causal=causal, scale=scale, **self.told_of_groups(q, k, variant))
+
+    def vjp(self, q, k, v, grad_out, *, causal=True, scale=None, grad_lse=None, **variant):
+        if grad_lse is not None:
+            variant["grad_lse"] = grad_lse
+        variant = self.told_of_groups(q, k, variant)
+        return self.fn.vjp(q, k, v, grad_out, causal=causal, scale=scale, **variant)
+
+    def told_of_groups(self, q, k, variant: dict) -> dict:
+        """``variant`` with enable_gqa=True where k has fewer heads than q and the callable
+        declares grouped heads, as PyTorch's SDPA asks to be told."""
         if k.shape[-3] != q.shape[-3] and self.capabilities.gqa:
-            variant["enable_gqa"] = True  # as PyTorch's SDPA asks to be told
-        return self.fn(q, k, v, causal=causal, scale=scale, **variant)
+            return {**variant, "enable_gqa": True}
+        return variant
 
 
 def accepted_keywords(fn: Callable) -> set[str]:

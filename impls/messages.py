@@ -34,7 +34,8 @@ from impls.capabilities import Capabilities
 # --- the worker line ---------------------------------------------------------------------------
 
 OPS = ("attention", "attention_weights", "vjp", "merge_states", "bench_call")
-# The ops that return several arrays, and how many; attention does too with return_lse=True.
+# The ops that return several arrays, and how many; attention does too with return_lse=True,
+# and vjp gives a fourth, the sinks' gradient, where the call has sinks.
 SEVERAL_OUTPUTS = {"vjp": 3, "merge_states": 2}
 
 

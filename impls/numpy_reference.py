@@ -19,6 +19,7 @@ from spec.formula import (
     gathered_pages,
     merge_states,
     reference_attention,
+    reference_feature_vjp,
     reference_log_sum_exp,
     reference_weights,
 )
@@ -28,6 +29,7 @@ class NumpyReference(NumpyArrays, Implementation):
     name = "numpy_reference"
     capabilities = Capabilities(
         dtypes=("float64",),
+        autograd=True,  # the float64 backward of spec.formula, derived by hand
         exposes_weights=True,
         conventions=RAISES_ON_ALL,
         **EVERY_EXTENSION,
@@ -56,6 +58,13 @@ class NumpyReference(NumpyArrays, Implementation):
         if not return_lse:
             return self.with_empty_items(out, key_lengths)
         return self.with_empty_items(out, key_lengths, reference_log_sum_exp(q, k, **options))
+
+    def vjp(self, q, k, v, grad_out, *, causal=True, scale=None, grad_lse=None, **variant):
+        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant)
+        grads = reference_feature_vjp(
+            q, k, v, grad_out, causal=causal, scale=scale, grad_lse=grad_lse, **variant
+        )
+        return tuple(grads[name] for name in ("q", "k", "v", "sinks") if name in grads)
 
     def merge_states(self, outputs, lses):
         return merge_states(outputs, lses)

@@ -88,11 +88,22 @@ class TorchArrays:
     def broadcast(self, native: Any, shape: tuple[int, ...]) -> Any:
         return native.expand(shape)
 
-    def vjp(self, q, k, v, grad_out, *, causal=True, scale=None):
-        q, k, v = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    def vjp(self, q, k, v, grad_out, *, causal=True, scale=None, grad_lse=None, **variant):
+        """By autograd through :meth:`attention`. Sinks come to attention as a tensor (H,) that
+        requires grad, for torch.as_tensor(sinks) to keep in the graph."""
+        inputs = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
+        if variant.get("sinks") is not None:
+            sinks = torch.tensor(list(variant["sinks"]), dtype=torch.float32, device=q.device)
+            variant["sinks"] = sinks.requires_grad_(True)
+            inputs.append(variant["sinks"])
         with torch.enable_grad():
-            out = self.attention(q, k, v, causal=causal, scale=scale)
-            return torch.autograd.grad(out, (q, k, v), grad_out)
+            if grad_lse is None:
+                out = self.attention(*inputs[:3], causal=causal, scale=scale, **variant)
+                return torch.autograd.grad(out, inputs, grad_out)
+            outputs = self.attention(
+                *inputs[:3], causal=causal, scale=scale, return_lse=True, **variant
+            )
+            return torch.autograd.grad(outputs, inputs, (grad_out, grad_lse))
 
 
 def query_positions(tq: int, tk: int, device, key_lengths=None) -> Any:

@@ -85,7 +85,7 @@ def returned(impl, native, input_device: str) -> OutputArray:
     return OutputArray(array, dtype, device, input_device)
 
 
-INPUT_NAMES = ("q", "k", "v", "grad_out")
+INPUT_NAMES = ("q", "k", "v", "grad_out", "grad_lse")
 
 
 def snapshot(impl, natives: list) -> list:
@@ -241,7 +241,8 @@ def handle(impl, call: Call) -> Answer:
     before = snapshot(impl, natives)
     try:
         with impl.poisoned_allocations() if call.poison else contextlib.nullcontext():
-            out = getattr(impl, call.op)(*natives, **call.keywords)
+            arguments, keywords = arguments_of(call, natives)
+            out = getattr(impl, call.op)(*arguments, **keywords)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, pytest's outcomes: all failures
         return raised(exc)
     changed = changed_inputs(impl, natives, before)
@@ -255,10 +256,20 @@ def handle(impl, call: Call) -> Answer:
         return Broke(str(exc))
 
 
+def arguments_of(call: Call, natives: list) -> tuple[list, dict]:
+    """The positional and keyword arguments of ``call``'s op: a vjp's fifth array is the lse's
+    gradient, a keyword of Implementation.vjp."""
+    if call.op == "vjp" and len(natives) == 5:
+        return natives[:4], {**call.keywords, "grad_lse": natives[4]}
+    return natives, call.keywords
+
+
 def outputs_of(call: Call, out) -> tuple:
     """The arrays a call returned: one, or as many as its op (or return_lse) asks for; a
     TypeError names what came back instead."""
     count = SEVERAL_OUTPUTS.get(call.op, 2 if call.keywords.get("return_lse") else 1)
+    if call.op == "vjp" and call.keywords.get("sinks") is not None:
+        count += 1  # dsinks
     if count == 1:
         return (out,)
     if not isinstance(out, tuple | list) or len(out) != count:

@@ -44,6 +44,7 @@ GROUPS = (
     "stress",
     "modifiers",
     "states",
+    "gradients",
 )
 _REQUIRED = ("id", "level", "section", "group", "statement", "checked_on")
 _OPTIONAL = ("follows_from", "erratum", "refines")

@@ -30,6 +30,10 @@ class Feature:
     # whether it only lays the same inputs out otherwise (a page pool): the truth is the dense
     # call's, computed without its keywords
     layout_only: bool = False
+    # whether an implementation declaring a backward (Capabilities.autograd) differentiates
+    # calls with it: every feature training runs through; not the two that serving alone uses
+    # (a page pool, padded query rows), whose calls vjp is never given
+    differentiated: bool = True
 
 
 FEATURES: tuple[Feature, ...] = (
@@ -70,6 +74,7 @@ FEATURES: tuple[Feature, ...] = (
         plain_keywords=("query_lengths",),
         flag="query lengths",
         missing="query_lengths",
+        differentiated=False,
     ),
     Feature(
         "packed",
@@ -93,6 +98,7 @@ FEATURES: tuple[Feature, ...] = (
         flag="paged",
         missing="a paged key/value cache (block_table)",
         layout_only=True,
+        differentiated=False,
     ),
     Feature(
         "softcap",
@@ -156,6 +162,15 @@ FEATURES: tuple[Feature, ...] = (
 )
 
 FEATURE_NAMES = tuple(feature.name for feature in FEATURES)
+# The call keywords a backward takes (spec.formula.reference_feature_vjp knows each); a sink's
+# logits are an input the backward differentiates, return_lse becomes the lse's gradient.
+DIFFERENTIATED_KEYWORDS = frozenset(
+    keyword
+    for feature in FEATURES
+    if feature.differentiated
+    for keyword in feature.keywords
+    if keyword != "return_lse"
+)
 # The call keywords of the features the catalogue of mistakes does not model.
 UNMODELLED_KEYWORDS = tuple(
     keyword for feature in FEATURES if not feature.in_mistakes for keyword in feature.keywords

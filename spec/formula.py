@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from spec.dtypes import check_dtype, rounded_in_storage
+from spec.features import DIFFERENTIATED_KEYWORDS
 
 
 def resolve_scale(scale: float | None, head_dim: int) -> float:
@@ -420,10 +421,7 @@ def reference_vjp(q, k, v, grad_out, *, causal: bool = True, scale: float | None
 
 
 # Keywords whose backward reference_feature_vjp knows; others are refused by name.
-DIFFERENTIATED_FEATURES = frozenset(
-    {"window", "key_lengths", "chunk", "softcap", "alibi_slopes", "sinks",
-     "cu_seqlens_q", "cu_seqlens_k"}
-)  # fmt: skip
+DIFFERENTIATED_FEATURES = DIFFERENTIATED_KEYWORDS
 
 
 def reference_feature_vjp(
@@ -432,7 +430,7 @@ def reference_feature_vjp(
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """The gradients of L = sum(out * grad_out) + sum(lse * grad_lse) with respect to q, k, v
     and, where ``sinks`` are given, each head's sink logit, in float64, derived by hand (not by
-    differentiating the forward): {"q", "k", "v"[, "sinks"]}.
+    differentiating the forward): {"q", "k", "v"[, "sinks"]}, lse in the natural base.
 
     With x the modified, masked scores (softcap c tanh(s / c) of s = scale q k^T, ALiBi's bias,
     -inf where hidden), w = exp(x) / (sum exp(x) + exp(sink)), out = w V and lse = log sum exp(x):
@@ -443,47 +441,136 @@ def reference_feature_vjp(
     Grouped heads sum dK and dV over each group; hidden keys, padding and keys of other packed
     sequences get exactly 0, and so does every gradient of a row that sees no key (its weights
     are taken as 0, its lse's gradient too), never NaN."""
-    unknown = sorted(set(variant) - DIFFERENTIATED_FEATURES)
-    if unknown:
-        raise ValueError(f"reference_feature_vjp: no backward for {', '.join(unknown)}")
+    _check_differentiated(variant)
     q, k, v, grad_out = (np.asarray(x, np.float64) for x in (q, k, v, grad_out))
     if variant.get("cu_seqlens_q") is not None:
-        return _packed_vjp(
-            q, k, v, grad_out, causal=causal, scale=scale, grad_lse=grad_lse, sinks=sinks,
-            **variant,
+        return _per_sequence_vjp(
+            reference_feature_vjp, q, k, v, grad_out, causal=causal, scale=scale,
+            grad_lse=grad_lse, sinks=sinks, **variant,
         )  # fmt: skip
-    scale = resolve_scale(scale, q.shape[-1])
-    keys, values = repeat_kv_heads(q, k), repeat_kv_heads(q, v)  # (B, H, Tk, D), (B, H, Tk, Dv)
-    raw = reference_scores(q, keys, scale)  # (B, H, Tq, Tk)
+    weights, capped = backward_weights(q, k, causal=causal, scale=scale, sinks=sinks, **variant)
+    return backward_steps(
+        weights, q, repeat_kv_heads(q, k), grad_out, k=k, v=v,
+        scale=resolve_scale(scale, q.shape[-1]), capped=capped, softcap=variant.get("softcap"),
+        grad_lse=grad_lse, sinks=sinks, key_lengths=variant.get("key_lengths"),
+    )  # fmt: skip
+
+
+def backward_weights(q, k, *, causal=True, scale=None, sinks=None, **variant):
+    """What the backward pass starts from, in float64: the weights (B, H, Tq, Tk), 0 on a row that
+    sees no key, and the softcapped scores before ALiBi and the mask (the scaled scores where
+    there is no softcap), whose dtanh the backward needs."""
+    raw = reference_scores(q, repeat_kv_heads(q, k), scale)  # (B, H, Tq, Tk)
     softcap = variant.get("softcap")
     capped = raw if softcap is None else softcap * np.tanh(raw / softcap)
     scores = modified_scores(capped.copy(), alibi_slopes=variant.get("alibi_slopes"),
                              key_lengths=variant.get("key_lengths"))  # fmt: skip
     scores = masked(scores, causal=causal, in_place=True, **_mask_options(variant))
     with np.errstate(invalid="ignore"):
-        weights = np.nan_to_num(softmax(scores.copy(), sinks), nan=0.0)  # no key: 0
-    values = unread_padding_zeroed(values, key_lengths=variant.get("key_lengths"))
-    grad_values = weights.swapaxes(-1, -2) @ grad_out  # (B, H, Tk, Dv)
-    grad_weights = grad_out @ values.swapaxes(-1, -2)  # (B, H, Tq, Tk)
+        weights = np.nan_to_num(softmax(scores, sinks), nan=0.0)  # a row with no key: 0
+    return weights, capped
+
+
+def keys_read_and_blind_rows(tq: int, tk: int, *, causal=True, window=None, key_lengths=None,
+                             chunk=None, cu_seqlens_q=None, cu_seqlens_k=None, **_):  # fmt: skip
+    """Which keys some query row sees, (B or 1, Tk), and which query rows see no key at all,
+    (B or 1, Tq): a key no row reads has gradient exactly 0, and so has a row that sees
+    nothing (the packed sequences each alone)."""
+    if cu_seqlens_q is None:
+        visible = visible_keys(
+            tq, tk, causal=causal, window=window, key_lengths=key_lengths, chunk=chunk
+        )[:, 0]  # (B or 1, Tq, Tk); fmt: skip
+        return visible.any(axis=1), ~visible.any(axis=2)
+    read, blind = np.zeros((1, tk), bool), np.ones((1, tq), bool)
+    for (q0, q1), (k0, k1) in zip(
+        itertools.pairwise(cu_seqlens_q), itertools.pairwise(cu_seqlens_k), strict=True
+    ):
+        visible = visible_keys(q1 - q0, k1 - k0, causal=causal, window=window, chunk=chunk)[0, 0]
+        read[0, k0:k1], blind[0, q0:q1] = visible.any(axis=0), ~visible.any(axis=1)
+    return read, blind
+
+
+def backward_steps(
+    weights, q, keys, grad_out, *, k, v, scale, capped, softcap, grad_lse, sinks, key_lengths,
+    rounded=lambda x: x,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """The backward pass from the weights (B, H, Tq, Tk) on: the steps of
+    :func:`reference_feature_vjp`, each product passed through ``rounded`` (the naive baseline's
+    rounding to its dtype; nothing for the oracle)."""
+    values = unread_padding_zeroed(repeat_kv_heads(q, v), key_lengths=key_lengths)
+    grad_values = rounded(weights.swapaxes(-1, -2) @ grad_out)  # (B, H, Tk, Dv)
+    grad_weights = rounded(grad_out @ values.swapaxes(-1, -2))  # (B, H, Tq, Tk)
     row_dot = (weights * grad_weights).sum(axis=-1, keepdims=True)  # (B, H, Tq, 1)
     grad_scores = weights * (grad_weights - row_dot)
+    seen = weights.sum(axis=-1, keepdims=True)  # 1 - p_sink; 0 on a row that sees no key
     if grad_lse is not None:
-        lse = reference_log_sum_exp(q, k, causal=causal, scale=scale, **variant)  # (B, H, Tq)
-        seen = np.isfinite(lse)[..., None]
-        with np.errstate(invalid="ignore"):
-            share = np.where(seen, np.exp(scores - np.where(seen, lse[..., None], 0.0)), 0.0)
-        grad_scores += np.asarray(grad_lse, np.float64)[..., None] * share
+        share = weights / np.where(seen > 0, seen, 1.0)  # exp(x - lse): the sink's not in lse
+        grad_scores = grad_scores + np.asarray(grad_lse, np.float64)[..., None] * share
     if softcap is not None:
-        grad_scores *= 1.0 - (capped / softcap) ** 2  # dtanh
+        grad_scores = grad_scores * (1.0 - (capped / softcap) ** 2)  # dtanh
+    grad_scores = rounded(grad_scores)
     grads = {
-        "q": scale * grad_scores @ keys,
-        "k": _summed_over_groups(scale * grad_scores.swapaxes(-1, -2) @ q, k),
-        "v": _summed_over_groups(grad_values, v),
+        "q": rounded(scale * grad_scores @ keys),
+        "k": rounded(_summed_over_groups(scale * grad_scores.swapaxes(-1, -2) @ q, k)),
+        "v": rounded(_summed_over_groups(grad_values, v)),
     }
     if sinks is not None:
-        sink_share = 1.0 - weights.sum(axis=-1, keepdims=True)  # (B, H, Tq, 1)
-        grads["sinks"] = -(sink_share * row_dot).sum(axis=(0, 2, 3))  # (H,)
+        grads["sinks"] = rounded(-((1.0 - seen) * row_dot).sum(axis=(0, 2, 3)))  # (H,)
     return grads
+
+
+def gradient_magnitudes(
+    q, k, v, grad_out, *, causal=True, scale=None, grad_lse=None, sinks=None, **variant
+) -> dict[str, float]:
+    """The size of the terms each gradient of :func:`reference_feature_vjp` sums, its largest
+    element with every term taken by its absolute value: dS's |P| (|dP| + |rowsum(P dP)|) (+
+    |dLSE| exp(x - lse)), times |dtanh|, through |K| or |Q|; |P|^T |dO| for dV. Rounding errors
+    scale with these, not with the gradient, which cancels to 0 where a row's weight sits on one
+    key. {"q", "k", "v"[, "sinks"]}."""
+    if variant.get("cu_seqlens_q") is not None:
+        pieces = _per_sequence_vjp(
+            _magnitude_arrays, q, k, v, grad_out, causal=causal, scale=scale, grad_lse=grad_lse,
+            sinks=sinks, **variant,
+        )  # fmt: skip
+    else:
+        pieces = _magnitude_arrays(q, k, v, grad_out, causal=causal, scale=scale,
+                                   grad_lse=grad_lse, sinks=sinks, **variant)  # fmt: skip
+    return {name: float(np.max(piece, initial=0.0)) for name, piece in pieces.items()}
+
+
+def _magnitude_arrays(q, k, v, grad_out, *, causal, scale, grad_lse, sinks, **variant):
+    """:func:`gradient_magnitudes` before the maximum, as arrays of the gradients' shapes."""
+    q, k, v, grad_out = (np.asarray(x, np.float64) for x in (q, k, v, grad_out))
+    weights, capped = backward_weights(q, k, causal=causal, scale=scale, sinks=sinks, **variant)
+    scale = resolve_scale(scale, q.shape[-1])
+    values = unread_padding_zeroed(repeat_kv_heads(q, v), key_lengths=variant.get("key_lengths"))
+    grad_weights = grad_out @ values.swapaxes(-1, -2)  # (B, H, Tq, Tk)
+    row_dot = (weights * grad_weights).sum(axis=-1, keepdims=True)  # (B, H, Tq, 1)
+    terms = weights * (np.abs(grad_weights) + np.abs(row_dot))  # |dS|'s bound, (B, H, Tq, Tk)
+    seen = weights.sum(axis=-1, keepdims=True)
+    if grad_lse is not None:
+        share = weights / np.where(seen > 0, seen, 1.0)
+        terms += np.abs(np.asarray(grad_lse, np.float64))[..., None] * share
+    softcap = variant.get("softcap")
+    if softcap is not None:
+        terms *= np.abs(1.0 - (capped / softcap) ** 2)
+    keys = np.abs(repeat_kv_heads(q, k))
+    magnitudes = {
+        "q": scale * terms @ keys,
+        "k": _summed_over_groups(scale * terms.swapaxes(-1, -2) @ np.abs(q), k),
+        "v": _summed_over_groups(weights.swapaxes(-1, -2) @ np.abs(grad_out), v),
+    }
+    if sinks is not None:
+        magnitudes["sinks"] = ((1.0 - seen) * np.abs(row_dot)).sum(axis=(0, 2, 3))
+    return magnitudes
+
+
+def _check_differentiated(variant: dict) -> None:
+    unknown = sorted(name for name, value in variant.items()
+                     if value is not None and name not in DIFFERENTIATED_FEATURES)  # fmt: skip
+    if unknown:
+        raise ValueError(f"no backward for {', '.join(unknown)}: the backward's features are "
+                         f"{', '.join(sorted(DIFFERENTIATED_FEATURES))}")  # fmt: skip
 
 
 def _mask_options(variant: dict) -> dict:
@@ -497,13 +584,14 @@ def _summed_over_groups(grad: np.ndarray, kv: np.ndarray) -> np.ndarray:
     if heads == kv_heads:
         return grad
     group = heads // kv_heads
+    # (B, Hq, T, D) -> (B, Hkv, g, T, D), summed over g
     return grad.reshape(*grad.shape[:-3], kv_heads, group, *grad.shape[-2:]).sum(axis=-3)
 
 
-def _packed_vjp(q, k, v, grad_out, *, cu_seqlens_q, cu_seqlens_k, grad_lse=None, sinks=None,
-                **options):  # fmt: skip
-    """reference_feature_vjp of packed sequences: each sequence alone, its gradients placed
-    back at its rows; nothing flows across a boundary."""
+def _per_sequence_vjp(vjp, q, k, v, grad_out, *, cu_seqlens_q, cu_seqlens_k, grad_lse=None,
+                      sinks=None, **options):  # fmt: skip
+    """``vjp`` of packed sequences: each sequence alone, its gradients placed back at its rows;
+    nothing flows across a boundary."""
     grads = {"q": np.zeros_like(q), "k": np.zeros_like(k), "v": np.zeros_like(v)}
     if sinks is not None:
         grads["sinks"] = np.zeros(q.shape[-3])
@@ -512,7 +600,7 @@ def _packed_vjp(q, k, v, grad_out, *, cu_seqlens_q, cu_seqlens_k, grad_lse=None,
         itertools.pairwise(bounds_q), itertools.pairwise(bounds_k), strict=True
     ):
         rows, keys = slice(q0, q1), slice(k0, k1)
-        piece = reference_feature_vjp(
+        piece = vjp(
             q[..., rows, :], k[..., keys, :], v[..., keys, :], grad_out[..., rows, :],
             grad_lse=None if grad_lse is None else np.asarray(grad_lse)[..., rows],
             sinks=sinks, **options,
@@ -555,10 +643,7 @@ def _naive_weights(
     """:func:`naive_baseline_weights` held in the accumulation dtype, where the products that
     follow read them. The modified scores are rounded to the dtype, as a kernel storing them
     there has them."""
-    accumulate = _accumulation(dtype)
-    q, k = (_rounded(x, dtype) for x in (q, repeat_kv_heads(q, k)))
-    scale = accumulate(resolve_scale(scale, q.shape[-1]))
-    scores = _rounded(_rounded(q @ k.swapaxes(-1, -2), dtype) * scale, dtype)
+    scores = _naive_scores(q, repeat_kv_heads(q, k), dtype=dtype, scale=scale)
     if softcap is not None or alibi_slopes is not None:
         scores = np.array(scores)  # the rounded scores may be a view of the inputs' products
         modified_scores(
@@ -570,6 +655,14 @@ def _naive_weights(
         scores = np.array(_rounded(scores, dtype))
     weights = softmax(masked(scores, causal=causal, in_place=True, **variant), sinks)
     return _rounded(weights, dtype)
+
+
+def _naive_scores(q, keys, *, dtype: str, scale: float | None) -> np.ndarray:
+    """The scaled scores (B, H, Tq, Tk) as a kernel in ``dtype`` stores them: the product and
+    its scaling each rounded to the dtype."""
+    q, keys = _rounded(q, dtype), _rounded(keys, dtype)
+    scale = _accumulation(dtype)(resolve_scale(scale, q.shape[-1]))
+    return _rounded(_rounded(q @ keys.swapaxes(-1, -2), dtype) * scale, dtype)
 
 
 def naive_baseline(
@@ -589,20 +682,36 @@ def naive_baseline(
     return _rounded(weights @ _rounded(v, dtype), dtype).astype(np.float64)
 
 
-def naive_baseline_vjp(q, k, v, grad_out, *, dtype: str, causal=True, scale=None):
-    """Gradients (dq, dk, dv) as a straightforward backward pass in ``dtype`` computes them: the
-    oracle's steps (see ``reference_vjp``) with every intermediate rounded to the dtype."""
-    accumulate = _accumulation(dtype)
+def naive_baseline_vjp(
+    q, k, v, grad_out, *, dtype: str, causal=True, scale=None, grad_lse=None, sinks=None,
+    **variant,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """The gradients of :func:`reference_feature_vjp` as a straightforward backward pass in
+    ``dtype`` computes them: the same steps with every product rounded to the dtype and sums in
+    the accumulation dtype. Float64 out, {"q", "k", "v"[, "sinks"]}."""
+    _check_differentiated(variant)
+    if variant.get("cu_seqlens_q") is not None:
+        return _per_sequence_vjp(
+            naive_baseline_vjp, q, k, v, grad_out, dtype=dtype, causal=causal, scale=scale,
+            grad_lse=grad_lse, sinks=sinks, **variant,
+        )  # fmt: skip
     q, k, v, grad_out = (_rounded(x, dtype) for x in (q, k, v, grad_out))
-    weights = _naive_weights(q, k, dtype=dtype, causal=causal, scale=scale)
-    scale = accumulate(resolve_scale(scale, q.shape[-1]))
-    grad_v = _rounded(weights.swapaxes(-1, -2) @ grad_out, dtype)
-    grad_weights = _rounded(grad_out @ v.swapaxes(-1, -2), dtype)
-    row_dot = (grad_weights * weights).sum(axis=-1, keepdims=True)
-    grad_scores = _rounded(weights * (grad_weights - row_dot), dtype)
-    grad_q = _rounded(scale * grad_scores @ k, dtype)
-    grad_k = _rounded(scale * grad_scores.swapaxes(-1, -2) @ q, dtype)
-    return tuple(g.astype(np.float64) for g in (grad_q, grad_k, grad_v))
+    with np.errstate(invalid="ignore"):  # a row with no key: 0
+        weights = _naive_weights(q, k, dtype=dtype, causal=causal, scale=scale, sinks=sinks,
+                                 **variant)  # fmt: skip
+    weights = np.nan_to_num(weights, nan=0.0)
+    softcap = variant.get("softcap")
+    capped = None
+    if softcap is not None:
+        scores = _naive_scores(q, repeat_kv_heads(q, k), dtype=dtype, scale=scale)
+        capped = _rounded(softcap * np.tanh(scores / softcap), dtype)
+    grads = backward_steps(
+        weights, q, repeat_kv_heads(q, k), grad_out, k=k, v=v,
+        scale=_accumulation(dtype)(resolve_scale(scale, q.shape[-1])), capped=capped,
+        softcap=softcap, grad_lse=grad_lse, sinks=sinks, key_lengths=variant.get("key_lengths"),
+        rounded=lambda x: _rounded(x, dtype),
+    )  # fmt: skip
+    return {name: grad.astype(np.float64) for name, grad in grads.items()}
 
 
 def accumulation_dtype(dtype: str) -> str:

@@ -26,6 +26,8 @@ FAR_ABOVE = 1.0e3
 # A merge's or a row's log-sum-exp this far from zero costs |lse| * u in every exponent a kernel
 # converts between bases (docs/tolerance.md, LSE-MERGE's floor).
 LSE_NEAR_1000 = (500.0, 2000.0)
+# Scores this large make a backward's exponentials and a softcap's dtanh work at their edge.
+FAR_SCORES = 20.0
 # A sink this far from a row's scores outweighs them (or vanishes beside them) by exp(30) = 1e13.
 SINK_FAR = 30.0
 
@@ -303,6 +305,87 @@ REGIMES: tuple[Regime, ...] = (
     ),
 )
 
+# The backward's: where training kernels' gradients broke. Each is read off a backward call
+# (conformance.judge.regimes.regimes_of_backward), and a gradient claim's test must draw it.
+BACKWARD_REGIMES: tuple[Regime, ...] = (
+    Regime(
+        "backward.partial-last-tile",
+        "shape",
+        ("OUT-GRAD", "GRAD-PADDING", "GRAD-PACKED"),
+        "keys not a multiple of 64 or 128 and more than 64 (FlashAttention's 113, 203, 1023)",
+        "a backward whose key loop covers whole tiles only gives the last keys no dk or dv "
+        "(FlashAttention #334)",
+    ),
+    Regime(
+        "backward.long",
+        "shape",
+        ("OUT-GRAD",),
+        "1023 keys: many tiles of dq accumulated",
+        "dq summed over many key tiles, where an atomic or a split accumulation drifts",
+    ),
+    Regime(
+        "backward.blind-rows",
+        "shape",
+        ("GRAD-PADDING",),
+        "rows that see no key (an item's key length of 0)",
+        "exp(s - lse) at lse = -inf gives NaN where the gradient is 0 (FlashAttention #443)",
+    ),
+    Regime(
+        "backward.distinct-items",
+        "shape",
+        ("OUT-GRAD", "GRAD-GQA"),
+        "a batch of two or more distinct items",
+        "a gradient right for item 0 only, from a batch stride left out",
+    ),
+    *(
+        Regime(
+            f"backward.group-{g}",
+            "gqa",
+            ("GRAD-GQA",),
+            f"{g} query heads per key/value head in the backward",
+            "dk and dv summed over a group split with the wrong count (cudnn-frontend #384)",
+        )
+        for g in (3, 7)
+    ),
+    Regime(
+        "backward.non-causal",
+        "shape",
+        ("OUT-GRAD",),
+        "the backward without the causal mask",
+        "a backward that masks causally whatever it is told",
+    ),
+    Regime(
+        "backward.window",
+        "window",
+        ("GRAD-WINDOW",),
+        "a window narrower than the keys, in the backward",
+        "the backward's mask not the forward's (meta-pytorch/MSLK PR #263)",
+    ),
+    Regime(
+        "backward.packed-length-1",
+        "packed",
+        ("GRAD-PACKED",),
+        "a packed sequence of one query and one key",
+        "varlen offsets off by one at the shortest sequence",
+    ),
+    Regime(
+        "backward.packed-crosses-tile",
+        "packed",
+        ("GRAD-PACKED",),
+        "a packed sequence that starts inside one tile of 64 and ends in another",
+        "the backward's tiles reading across a sequence boundary (FlashAttention PRs #2337, #2333)",
+    ),
+    Regime(
+        "backward.far-scores",
+        "scores",
+        ("OUT-GRAD", "GRAD-SOFTCAP"),
+        f"scores of size {FAR_SCORES:g} or more",
+        "exp overflow or dtanh's cancellation where scores are far from zero (FlashAttention's "
+        "bwd_overflow)",
+    ),
+)
+
+REGIMES = (*REGIMES, *BACKWARD_REGIMES)
 REGIME_IDS = tuple(regime.id for regime in REGIMES)
 
 

@@ -19,6 +19,7 @@ from functools import cached_property
 import numpy as np
 
 from spec.formula import reference_log_sum_exp, reference_masked_scores
+from spec.gradient_mistakes import GRADIENT_MISTAKES
 from spec.mistakes import MISTAKES
 
 
@@ -214,12 +215,12 @@ def find_state_mistake(name: str) -> StateMistake:
 
 
 def find_any_mistake(name: str):
-    """The output mistake (spec.mistakes) or state mistake called ``name``, or a ValueError naming
-    every known one."""
-    if name in MISTAKES:
-        return MISTAKES[name]
-    if name in STATE_MISTAKES:
-        return STATE_MISTAKES[name]
+    """The output mistake (spec.mistakes), state mistake or backward's mistake
+    (spec.gradient_mistakes) called ``name``, or a ValueError naming every known one."""
+    for catalogue in (MISTAKES, STATE_MISTAKES, GRADIENT_MISTAKES):
+        if name in catalogue:
+            return catalogue[name]
     raise ValueError(
-        f"mistake {name!r}, but should be one of {', '.join([*MISTAKES, *STATE_MISTAKES])}"
+        f"mistake {name!r}, but should be one of "
+        + ", ".join([*MISTAKES, *STATE_MISTAKES, *GRADIENT_MISTAKES])
     )

@@ -59,7 +59,10 @@ def test_pytorchs_own_backward_is_within_the_gradient_budget():
     impl = TorchSdpa()
     q, k, v, grad_out, causal = gradient_inputs(TORCH_SDPA_WORST_GRADIENT_SEED, "float32")
     native = (impl.from_numpy(x, "float32") for x in (q, k, v, grad_out))
-    grads = [impl.to_numpy(g).astype(np.float64) for g in impl.vjp(*native, causal=causal)]
+    answer = impl.vjp(*native, causal=causal)
+    grads = {
+        name: impl.to_numpy(g).astype(np.float64) for name, g in zip("qkv", answer, strict=True)
+    }
     comparisons = compare_gradients(grads, q, k, v, grad_out, dtype="float32", causal=causal)
     for name, comparison in comparisons.items():
         assert comparison.ok, f"{name}: {comparison.describe()}"

@@ -22,6 +22,7 @@ import numpy as np
 from conformance.judge.tolerance import Comparison, compare_to_oracle, describe_fraction
 from conformance.judge.truth import CaseTruth, largest_finite
 from spec.dtypes import UNIT_ROUNDOFF
+from spec.gradient_mistakes import GRADIENT_MISTAKES, GradientCall
 from spec.mistakes import MISTAKES, Call, mistakes_showing_in
 from spec.state_mistakes import STATE_MISTAKES, LseCall, MergeCall, find_any_mistake
 
@@ -178,6 +179,41 @@ def diagnose_merge(
             refuted.append(mistake.name)
     failing = comparisons[0] if not comparisons[0].ok else comparisons[1]
     return finding_of(out, truth[0], case, failing, matched=matched, refuted=refuted)
+
+
+def diagnose_gradients(grads: dict, call: GradientCall, *, case, comparisons: dict) -> dict:
+    """The finding of a failing backward: the backward's mistakes (spec.gradient_mistakes) whose
+    variant every gradient matches within its budget ({"dq": Comparison, ...}). The first
+    failing gradient is located; a sink's (H,) as one element per head."""
+    matched, refuted = {}, []
+    for mistake in GRADIENT_MISTAKES.values():
+        if not mistake.shows(call):
+            refuted.append(mistake.name)
+            continue
+        with np.errstate(all="ignore"):
+            variant = mistake.variant(call)
+        # (the answer's distance from the variant, the variant's from the truth, the budget)
+        distances = [
+            (
+                largest(mismatch(grads[name], variant[name])),
+                largest(mismatch(variant[name], truth)),
+                comparisons[f"d{name}"].allowed,
+            )
+            for name, truth in call.truth.items()
+        ]
+        if all(off_truth <= allowed for _, off_truth, allowed in distances):
+            refuted.append(mistake.name)  # it gives the truth here, which the answer is not
+        elif all(error <= allowed for error, _, allowed in distances):
+            matched[mistake.name] = max(
+                error / allowed if allowed else 0.0 for error, _, allowed in distances
+            )
+        else:
+            refuted.append(mistake.name)
+    name = next(n for n in call.truth if not comparisons[f"d{n}"].ok)
+    got, truth = grads[name], call.truth[name]
+    if got.ndim == 1:  # dsinks (H,), located as (1, H, 1, 1)
+        got, truth = got[None, :, None, None], truth[None, :, None, None]
+    return finding_of(got, truth, case, comparisons[f"d{name}"], matched=matched, refuted=refuted)
 
 
 def finding_of(out, truth, case, comparison: Comparison, *, matched, refuted) -> dict:

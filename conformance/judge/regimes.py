@@ -6,13 +6,15 @@ call and merge, and ``docs/regimes.md`` is their sum over a run.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import OrderedDict
 
 import numpy as np
 
 from conformance.judge.truth import inputs_digest
-from spec.regimes import FAR_ABOVE, FAR_BELOW, LSE_NEAR_1000, SINK_FAR
+from spec.formula import keys_read_and_blind_rows
+from spec.regimes import FAR_ABOVE, FAR_BELOW, FAR_SCORES, LSE_NEAR_1000, SINK_FAR
 
 # Beyond this many scores a call's score regimes are not read: the suite's large cases are there
 # for their length, not their scores, and a (B, H, Tq, Tk) float64 matrix this size is 256 MiB.
@@ -196,6 +198,42 @@ def regimes_of_call(case, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> set[st
         | _mask_regimes(case)
         | _score_regimes(case, q, k)
     )
+
+
+def regimes_of_backward(case, q: np.ndarray, k: np.ndarray) -> set[str]:
+    """The backward's regimes (spec.regimes.BACKWARD_REGIMES) one vjp call of ``case`` draws."""
+    tk = case.tk
+    lengths = {tk} | set(case.key_lengths or ())
+    if case.cu_seqlens_k is not None:
+        lengths = set(np.diff(case.cu_seqlens_k).tolist())
+    drawn = set()
+    if any(n > 64 and n % 64 for n in lengths):
+        drawn.add("backward.partial-last-tile")
+    if tk >= 1023:
+        drawn.add("backward.long")
+    _, blind = keys_read_and_blind_rows(case.tq, tk, causal=case.causal, **case.formula_variant)
+    if blind.any():
+        drawn.add("backward.blind-rows")
+    if case.batch >= 2:
+        drawn.add("backward.distinct-items")
+    group = case.heads // case.key_value_heads
+    if group in (3, 7):
+        drawn.add(f"backward.group-{group}")
+    if not case.causal:
+        drawn.add("backward.non-causal")
+    if case.window is not None and case.window < tk:
+        drawn.add("backward.window")
+    if case.cu_seqlens_q is not None:
+        bounds = list(zip(np.diff(case.cu_seqlens_q), np.diff(case.cu_seqlens_k), strict=True))
+        if (1, 1) in [tuple(int(x) for x in b) for b in bounds]:
+            drawn.add("backward.packed-length-1")
+        starts_and_ends = itertools.pairwise(case.cu_seqlens_k)
+        if any(a % 64 and a // 64 != (b - 1) // 64 for a, b in starts_and_ends):
+            drawn.add("backward.packed-crosses-tile")
+    with np.errstate(invalid="ignore"):
+        if np.nanmax(np.abs(_scaled_scores(case, q, k)), initial=0.0) >= FAR_SCORES:
+            drawn.add("backward.far-scores")
+    return drawn
 
 
 def regimes_of_merge(lses: np.ndarray) -> set[str]:

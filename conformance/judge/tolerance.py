@@ -32,7 +32,7 @@ Run ``python -m conformance.survey`` to see where the built-ins sit inside these
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,9 +40,11 @@ from conformance.judge.truth import CaseTruth, largest_finite
 from spec.dtypes import UNIT_ROUNDOFF, check_dtype
 from spec.formula import (
     accumulation_dtype,
+    gradient_magnitudes,
     naive_baseline_vjp,
+    reference_feature_vjp,
     reference_scores,
-    reference_vjp,
+    repeat_kv_heads,
 )
 
 
@@ -100,14 +102,18 @@ BUDGETS = {
 
 
 # Gradients: the same rule, with the naive backward pass (spec.formula.naive_baseline_vjp) as the
-# baseline. Only float32 needs a wider factor: see its reason.
+# baseline, and a floor that knows the backward's conditioning in every dtype: its magnitude is
+# that of the terms each gradient sums (spec.formula.gradient_magnitudes), not of the gradient,
+# which cancels to 0 where a row's weight sits on one key, and it grows with max|s|, since a
+# score rounded by u|s| moves its weight, and so dS, by u|s| relative. Only float32 needs a wider
+# factor: see its reason.
 GRADIENT_BUDGETS = {
-    **BUDGETS,
+    **{dtype: replace(budget, floor_scales_with_scores=True) for dtype, budget in BUDGETS.items()},
     "float32": Budget(
         "float32",
         baseline_factor=6.0,
         floor_u=2.0,
-        floor_scales_with_scores=False,
+        floor_scales_with_scores=True,
         reason=(
             "A backward pass chains five rounded matmuls, and a fused kernel computes the row term "
             "rowsum(dA * A) as rowsum(dO * O), from its rounded output: the maximum of two correct "
@@ -334,24 +340,29 @@ def compare_to_oracle(
 
 
 def compare_gradients(
-    grads, q, k, v, grad_out, *, dtype: str, causal: bool = True, scale: float | None = None
-) -> dict[str, Comparison]:
-    """Judge gradients (dq, dk, dv) of sum(attention(q, k, v) * grad_out), as float64 arrays,
-    against the oracle's, with the naive backward pass as baseline and GRADIENT_BUDGETS."""
-    truths = reference_vjp(q, k, v, grad_out, causal=causal, scale=scale)
-    baselines = naive_baseline_vjp(q, k, v, grad_out, dtype=dtype, causal=causal, scale=scale)
-    max_score = float(np.abs(reference_scores(q, k, scale=scale)).max())
+    grads: dict, q, k, v, grad_out, *, dtype: str, causal: bool = True,
+    scale: float | None = None, grad_lse=None, **variant,
+) -> dict[str, Comparison]:  # fmt: skip
+    """Judge gradients {"q", "k", "v"[, "sinks"]} of sum(out * grad_out) (+ sum(lse *
+    grad_lse), lse natural), as float64 arrays, against the oracle's
+    (spec.formula.reference_feature_vjp), with the naive backward pass in ``dtype`` as baseline
+    and GRADIENT_BUDGETS, whose floor takes the size of what each gradient sums:
+    {"dq", "dk", "dv"[, "dsinks"]}."""
+    options = dict(causal=causal, scale=scale, grad_lse=grad_lse, **variant)
+    truths = reference_feature_vjp(q, k, v, grad_out, **options)
+    baselines = naive_baseline_vjp(q, k, v, grad_out, dtype=dtype, **options)
+    magnitudes = gradient_magnitudes(q, k, v, grad_out, **options)
+    scores = reference_scores(q, repeat_kv_heads(q, k), scale=scale)  # (B, H, Tq, Tk)
+    max_score = float(np.abs(scores).max(initial=0.0))
     return {
-        name: compare(
-            grad,
+        f"d{name}": compare(
+            grads[name],
             truth,
-            baseline,
+            baselines[name],
             dtype=dtype,
-            magnitude=float(np.abs(truth).max()),
+            magnitude=magnitudes[name],
             max_score=max_score,
             budgets=GRADIENT_BUDGETS,
         )
-        for name, grad, truth, baseline in zip(
-            ("dq", "dk", "dv"), grads, truths, baselines, strict=True
-        )
+        for name, truth in truths.items()
     }

@@ -25,9 +25,13 @@ def claims_of(node: pytest.Item | Callable) -> list[str]:
     own ``pytestmark`` (what the ``attnspec`` command reads without collecting)."""
     if isinstance(node, pytest.Item):
         markers = node.iter_markers(CLAIM_MARKER)
-    else:
-        markers = (m for m in getattr(node, "pytestmark", ()) if m.name == CLAIM_MARKER)
-    return [claim for marker in markers for claim in marker.args]
+    else:  # the function's own markers, and those of its parameters (pytest.param(marks=...))
+        marks = list(getattr(node, "pytestmark", ()))
+        for parametrize in [m for m in marks if m.name == "parametrize"]:
+            for value in parametrize.args[1]:
+                marks += [getattr(mark, "mark", mark) for mark in getattr(value, "marks", ())]
+        markers = (m for m in marks if m.name == CLAIM_MARKER)
+    return list(dict.fromkeys(claim for marker in markers for claim in marker.args))
 
 
 def is_conformance_test(item: pytest.Item) -> bool:

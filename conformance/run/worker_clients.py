@@ -448,8 +448,17 @@ class ImplementationClient:
         (out, lse)."""
         return self.request("merge_states", [outputs, lses])
 
-    def vjp(self, q, k, v, grad_out, *, causal: bool = True, scale: float | None = None):
-        return self.request("vjp", [q, k, v, grad_out], causal=causal, scale=scale)
+    def vjp(
+        self, q, k, v, grad_out, *, causal: bool = True, scale: float | None = None,
+        grad_lse=None, **variant,
+    ):  # fmt: skip
+        """The implementation's backward: (dq, dk, dv[, dsinks]). ``grad_lse`` travels as an
+        array, the implementation's own, beside the others."""
+        if grad_lse is None:
+            return self.request("vjp", [q, k, v, grad_out], causal=causal, scale=scale, **variant)
+        return self.request(
+            "vjp", [q, k, v, grad_out, grad_lse], causal=causal, scale=scale, **variant
+        )
 
     # --- the line itself ---------------------------------------------------------------------
 

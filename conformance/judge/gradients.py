@@ -1,0 +1,140 @@
+"""How a backward pass is judged: one call of the implementation's vjp on a case, its gradients'
+shapes, the gradients that must be exactly 0 (keys no row reads, rows that see no key), then
+each gradient against the float64 backward (spec.formula.reference_feature_vjp) within its
+budget (conformance.judge.tolerance.compare_gradients), a failure diagnosed among the backward's
+mistakes (spec.gradient_mistakes).
+
+Every gradient test goes through :func:`assert_gradients_match`: a feature's gradient claim is
+a case in ``conformance/test_gradients.py``'s table, not a test of its own.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from conformance.judge.assertions import assert_within_budget, fail, with_diagnosis
+from conformance.judge.diagnosis import diagnose_gradients
+from conformance.judge.harness import Case, Subject
+from conformance.judge.regimes import regimes_of_backward
+from conformance.judge.tolerance import compare_gradients
+from conformance.run.worker_clients import ImplementationBroke
+from spec.dtypes import round_to
+from spec.formula import keys_read_and_blind_rows
+from spec.gradient_mistakes import GradientCall
+
+
+def gradient_shapes(case: Case) -> dict[str, tuple[int, ...]]:
+    """What a backward of ``case`` returns, in order: dq, dk, dv like q, k, v; dsinks (H,)."""
+    shapes = {"q": case.q_shape, "k": case.k_shape, "v": case.v_shape}
+    if case.sinks is not None:
+        shapes["sinks"] = (case.heads,)
+    return shapes
+
+
+def backward(subject: Subject, case: Case, q, k, v, grad_out, grad_lse=None) -> dict:
+    """The implementation's gradients of ``case`` at float64 q, k, v (exact in its dtype), as
+    float64 arrays {"q", "k", "v"[, "sinks"]}; ``grad_lse`` as the implementation takes it, in
+    its declared base. Skips, naming what is missing, where it declares no backward or not
+    what the case needs."""
+    subject.require(case, autograd=True)
+    if subject.notes_regimes:
+        subject.notes.note_regimes(regimes_of_backward(case, q, k))
+    extra = [] if grad_lse is None else [grad_lse]
+    natives = subject.to_native(case, q, k, v, grad_out, *extra)
+    answer = subject.client.vjp(
+        *natives[:4],
+        causal=case.causal,
+        scale=case.scale,
+        grad_lse=natives[4] if extra else None,
+        **case.formula_variant,
+    )
+    grads = {}
+    for (name, shape), grad in zip(gradient_shapes(case).items(), answer, strict=True):
+        array = subject.client.to_numpy(grad)
+        if array.shape != shape:
+            raise ImplementationBroke(
+                f"{subject.name}'s vjp returned d{name} of shape {array.shape}, but should "
+                f"return {shape} [{case.describe()}]"
+            )
+        grads[name] = array.astype(np.float64)
+    return grads
+
+
+def assert_gradients_match(subject: Subject, case: Case, *, spread: float = 1.0) -> None:
+    """The backward of ``case`` (with its lse's gradient too where ``case.return_lse``): q, k, v
+    of standard deviation ``spread``, a random grad_out (and grad_lse); exact zeros where no
+    gradient flows, every gradient within its budget."""
+    __tracebackhide__ = True
+    q, k, v = subject.inputs(case, spread=spread)
+    grad_out = round_to(subject.rng.standard_normal(case.out_shape), case.dtype)
+    grad_lse = None
+    if case.return_lse:
+        grad_lse = round_to(subject.rng.standard_normal(case.q_shape[:-1]), case.dtype)
+    case = case.with_(return_lse=None)  # the lse is not returned: its gradient is taken
+    grads = backward(subject, case, q, k, v, grad_out, grad_lse)
+    options = dict(causal=case.causal, scale=case.scale, **case.formula_variant)
+    if grad_lse is not None:  # the oracle's loss takes the natural lse: lse_2 = lse / ln 2
+        declared_base_2 = subject.client.capabilities.lse_base == "2"
+        options["grad_lse"] = grad_lse / math.log(2) if declared_base_2 else grad_lse
+    comparisons = compare_gradients(grads, q, k, v, grad_out, dtype=case.dtype, **options)
+    finding = None
+    if not all(comparison.ok for comparison in comparisons.values()):
+        call = GradientCall(q, k, v, grad_out, options)
+        finding = diagnose_gradients(grads, call, case=case, comparisons=comparisons)
+    assert_no_gradient_where_none_flows(subject, case, grads, finding)
+    for name, comparison in comparisons.items():
+        assert_within_budget(subject, case, name, comparison, finding)
+
+
+def assert_no_gradient_where_none_flows(subject, case: Case, grads: dict, finding) -> None:
+    """dk and dv exactly 0 at keys no row reads (padding, outside every row's window or chunk,
+    the future of every row), dq exactly 0 on rows that see no key: never NaN, never a
+    rounding's leftover."""
+    __tracebackhide__ = True
+    read, blind = keys_read_and_blind_rows(case.tq, case.tk, causal=case.causal,
+                                           **case.formula_variant)  # fmt: skip
+    where = {
+        "dk": (grads["k"], ~read[:, None, :], "keys that no row reads"),  # (B or 1, 1, Tk)
+        "dv": (grads["v"], ~read[:, None, :], "keys that no row reads"),
+        "dq": (grads["q"], blind[:, None, :], "rows that see no key"),  # (B or 1, 1, Tq)
+    }
+    for name, (grad, none_flows, what) in where.items():
+        there = grad[np.broadcast_to(none_flows, grad.shape[:-1])]
+        if np.any(there != 0):
+            fail(
+                subject,
+                case,
+                with_diagnosis(
+                    subject,
+                    f"{name} at {what} has {np.count_nonzero(there != 0)} entries not 0 "
+                    f"({np.count_nonzero(np.isnan(there))} NaN, largest "
+                    f"{np.nanmax(np.abs(there), initial=0.0):.3g}), but no gradient flows there",
+                    finding,
+                ),
+            )
+
+
+def skip_where_rows_see_nothing_and_the_forward_is_nan(subject, case: Case) -> None:
+    """A case with rows that see no key, for an implementation that declares NaN for them
+    (Capabilities.empty_rows = "nan"): its loss is NaN there, and no gradient is defined."""
+    if subject.client.capabilities.empty_rows != "nan":
+        return
+    _, blind = keys_read_and_blind_rows(case.tq, case.tk, causal=case.causal,
+                                        **case.formula_variant)  # fmt: skip
+    if blind.any():
+        pytest.skip(
+            f"{subject.name} declares NaN for rows that see no key (empty_rows='nan'): their "
+            "loss is NaN and their gradient undefined"
+        )
+
+
+def assert_backward_of(subject, case: Case, spread: float = 1.0) -> None:
+    """The gradients of ``case`` fitted to the implementation: the claim's check."""
+    __tracebackhide__ = True
+    case = subject.fit(case)
+    subject.require(case, autograd=True)
+    skip_where_rows_see_nothing_and_the_forward_is_nan(subject, case)
+    assert_gradients_match(subject, case, spread=spread)
