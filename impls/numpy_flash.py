@@ -23,6 +23,7 @@ The arithmetic is in the input's dtype (float32 or float64), as the kernel's flo
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -197,13 +198,137 @@ def attention_over_tiles(
     return (out, lse) if with_lse else out
 
 
+def tiled_backward(q, k, v, grad_out, *, causal, scale, grad_lse=None, window=None, chunk=None,
+                   softcap=None, alibi_slopes=None, sinks=None):  # fmt: skip
+    """FlashAttention 2's backward in the forward's tiling: (dq, dk, dv, dsinks or None) of
+    (B, H, Tq, D), (B, Hkv, Tk, D), (B, Hkv, Tk, Dv) arrays, dsinks (H,).
+
+    The forward runs again for out and lse (a training kernel saved them). Then each key tile,
+    in the outer loop, is visited by the query blocks whose forward read it (:func:`key_tiles`);
+    each recomputes its weights from the lse, P = exp(x - lse), the sink's logit joined to the
+    lse so that P is the forward's, and accumulates
+      dV_tile += P^T dO;  dP = dO V_tile^T;  dS = P (dP - rowsum(dO * O)) (+ dLSE exp(x - lse));
+      dS *= dtanh under a softcap;  dQ_block += scale dS K_tile;  dK_tile += scale dS^T Q_block.
+    A row that saw no key has lse = -inf: its P is 0, not exp(-inf - (-inf)). The order of every
+    sum is fixed: repeated calls are bit-identical."""
+    dtype = q.dtype
+    heads, kv_heads = q.shape[-3], k.shape[-3]
+    kv_head = key_value_heads(heads, kv_heads)
+    keys, values = k[:, kv_head], v[:, kv_head]  # (B, Hkv, T, D) -> (B, H, T, D)
+    modifiers = dict(window=window, chunk=chunk, softcap=softcap, alibi_slopes=alibi_slopes)
+    out, lse = attention_over_tiles(q, DenseKeys(keys, values), causal=causal, scale=scale,
+                                    with_lse=True, sinks=sinks, **modifiers)  # fmt: skip
+    lse_with_sink = lse if sinks is None else np.logaddexp(lse, np.asarray(sinks, dtype)[:, None])
+    seen = np.isfinite(lse_with_sink)  # (B, H, Tq)
+    shift = np.where(seen, lse_with_sink, dtype.type(0))[..., None]  # (B, H, Tq, 1)
+    share = np.where(seen, lse - lse_with_sink, -np.inf)[..., None]  # log of 1 - p_sink
+    row_dot = (grad_out * out).sum(axis=-1, keepdims=True)  # rowsum(dO * O), (B, H, Tq, 1)
+    scale = dtype.type(scale)
+    tq, tk = q.shape[-2], keys.shape[-2]
+    offset = tk - tq
+    blocks = [(start, min(start + BLOCK_M, tq)) for start in range(0, tq, BLOCK_M)]
+    visits = {block: key_tiles(*block, tk, offset, causal, window, chunk) for block in blocks}
+    grad_q = np.zeros_like(q)
+    grad_keys, grad_values = np.zeros_like(keys), np.zeros_like(values)
+    for tile in sorted({tile for tiles in visits.values() for tile in tiles}):
+        start, stop = tile
+        k_tile, v_tile = keys[..., start:stop, :], values[..., start:stop, :]  # (B, H, bn, D)
+        columns = np.arange(start, stop)[None, :]  # (1, bn)
+        for block_start, block_stop in (block for block in blocks if tile in visits[block]):
+            rows = slice(block_start, block_stop)
+            q_block, dout = q[..., rows, :], grad_out[..., rows, :]  # (B, H, bm, D), (.., Dv)
+            raw = q_block @ k_tile.swapaxes(-1, -2) * scale  # (B, H, bm, bn)
+            scores = raw if softcap is None else dtype.type(softcap) * np.tanh(raw / softcap)
+            scores = tile_masked(
+                scores, np.arange(block_start, block_stop)[:, None] + offset, columns,
+                causal=causal, window=window, chunk=chunk, alibi_slopes=alibi_slopes,
+            )  # fmt: skip
+            with np.errstate(invalid="ignore"):
+                probs = np.where(seen[..., rows, None], np.exp(scores - shift[..., rows, :]), 0)
+            grad_values[..., start:stop, :] += probs.swapaxes(-1, -2) @ dout
+            grad_probs = dout @ v_tile.swapaxes(-1, -2)  # (B, H, bm, bn)
+            grad_scores = probs * (grad_probs - row_dot[..., rows, :])
+            if grad_lse is not None:  # exp(x - lse) = P / (1 - p_sink)
+                own = probs * np.exp(-share[..., rows, :]) if sinks is not None else probs
+                grad_scores += grad_lse[..., rows, None] * np.where(probs > 0, own, 0)
+            if softcap is not None:
+                grad_scores *= 1 - (scores_capped(raw, softcap) / dtype.type(softcap)) ** 2
+            grad_q[..., rows, :] += scale * grad_scores @ k_tile
+            grad_keys[..., start:stop, :] += scale * grad_scores.swapaxes(-1, -2) @ q_block
+    group = heads // kv_heads
+    # (B, H, Tk, D) -> (B, Hkv, g, Tk, D), summed over each group's g query heads
+    grad_k, grad_v = (x.reshape(x.shape[0], kv_heads, group, *x.shape[2:]).sum(axis=2)
+                      for x in (grad_keys, grad_values))  # fmt: skip
+    grad_sinks = None
+    if sinks is not None:  # d(sink_h) = -sum of p_sink rowsum(dO * O) over head h's rows
+        sink_share = np.where(seen, np.exp(np.asarray(sinks, dtype)[:, None] - shift[..., 0]), 0)
+        grad_sinks = -(sink_share * row_dot[..., 0]).sum(axis=(0, 2))
+    return grad_q, grad_k, grad_v, grad_sinks
+
+
+def scores_capped(raw, softcap):
+    return softcap * np.tanh(raw / softcap)
+
+
+def tile_masked(scores, positions, columns, *, causal, window, chunk, alibi_slopes):
+    """A tile's (B, H, bm, bn) capped scores with ALiBi's bias added and -inf where the forward
+    hid a key: ``positions`` (bm, 1) the rows' absolute positions, ``columns`` (1, bn) the keys'."""
+    dtype = scores.dtype
+    if alibi_slopes is not None:
+        slopes = np.asarray(alibi_slopes, dtype)[:, None, None]  # (H, 1, 1)
+        scores = scores - slopes * np.abs(positions - columns).astype(dtype)
+    hidden = np.zeros(np.broadcast_shapes(positions.shape, columns.shape), bool)  # (bm, bn)
+    if causal:
+        hidden |= columns > positions
+    if window is not None:
+        hidden |= columns < positions - window
+    if chunk is not None:
+        hidden |= columns // chunk != positions // chunk
+    return np.where(hidden, -np.inf, scores)
+
+
 class NumpyFlash(NumpyArrays, Implementation):
     name = "numpy_flash"
     capabilities = Capabilities(
         dtypes=("float64", "float32"),
+        autograd=True,  # FlashAttention 2's backward, in the same tiling (tiled_backward)
         conventions=RAISES_ON_ALL,
         **EVERY_EXTENSION,
     )
+
+    def vjp(self, q, k, v, grad_out, *, causal=True, scale=None, grad_lse=None, **variant):
+        """:func:`tiled_backward` on each item (its keys cut at its length) or packed sequence,
+        as the forward's grid runs them; an item or sequence with no key gets gradient 0."""
+        validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant)
+        self.check_float_dtype(q)
+        scale = resolve_scale(scale, q.shape[-1])
+        key_lengths = variant.pop("key_lengths", None)
+        bounds_q = variant.pop("cu_seqlens_q", None)
+        bounds_k = variant.pop("cu_seqlens_k", None)
+        grad_q, grad_k, grad_v = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+        grad_sinks = None if variant.get("sinks") is None else np.zeros(q.shape[-3], q.dtype)
+        if bounds_q is not None:  # (item, query rows, keys) of each sequence of a batch of one
+            pieces = [(0, slice(q0, q1), slice(k0, k1)) for (q0, q1), (k0, k1)
+                      in zip(itertools.pairwise(bounds_q), itertools.pairwise(bounds_k),
+                             strict=True)]  # fmt: skip
+        else:
+            lengths = key_lengths or (k.shape[-2],) * q.shape[0]
+            pieces = [(b, slice(None), slice(0, int(n))) for b, n in enumerate(lengths)]
+        for b, rows, keys in pieces:
+            item = slice(b, b + 1)
+            if keys.stop == keys.start:  # no key: no gradient
+                continue
+            grads = tiled_backward(
+                q[item, :, rows], k[item, :, keys], v[item, :, keys],
+                grad_out[item, :, rows], causal=causal, scale=scale,
+                grad_lse=None if grad_lse is None else grad_lse[item, :, rows], **variant,
+            )  # fmt: skip
+            grad_q[item, :, rows] = grads[0]
+            grad_k[item, :, keys] = grads[1]
+            grad_v[item, :, keys] = grads[2]
+            if grad_sinks is not None:
+                grad_sinks += grads[3]
+        return (grad_q, grad_k, grad_v) + (() if grad_sinks is None else (grad_sinks,))
 
     def attention(
         self, q, k, v, *, causal=True, scale=None, window=None, return_lse=False, **variant

@@ -492,15 +492,17 @@ def keys_read_and_blind_rows(tq: int, tk: int, *, causal=True, window=None, key_
 
 def backward_steps(
     weights, q, keys, grad_out, *, k, v, scale, capped, softcap, grad_lse, sinks, key_lengths,
-    rounded=lambda x: x,
+    rounded=lambda x: x, row_dot=None,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """The backward pass from the weights (B, H, Tq, Tk) on: the steps of
     :func:`reference_feature_vjp`, each product passed through ``rounded`` (the naive baseline's
-    rounding to its dtype; nothing for the oracle)."""
+    rounding to its dtype; nothing for the oracle). ``row_dot``: rowsum(P dP), (B, H, Tq, 1),
+    where a caller takes it from elsewhere (a flash kernel: rowsum(dO * O) of its saved O)."""
     values = unread_padding_zeroed(repeat_kv_heads(q, v), key_lengths=key_lengths)
     grad_values = rounded(weights.swapaxes(-1, -2) @ grad_out)  # (B, H, Tk, Dv)
     grad_weights = rounded(grad_out @ values.swapaxes(-1, -2))  # (B, H, Tq, Tk)
-    row_dot = (weights * grad_weights).sum(axis=-1, keepdims=True)  # (B, H, Tq, 1)
+    if row_dot is None:
+        row_dot = (weights * grad_weights).sum(axis=-1, keepdims=True)  # (B, H, Tq, 1)
     grad_scores = weights * (grad_weights - row_dot)
     seen = weights.sum(axis=-1, keepdims=True)  # 1 - p_sink; 0 on a row that sees no key
     if grad_lse is not None:

@@ -23,6 +23,7 @@ from spec.formula import (
     backward_steps,
     backward_weights,
     keys_read_and_blind_rows,
+    reference_attention,
     reference_feature_vjp,
     reference_log_sum_exp,
     reference_masked_scores,
@@ -85,10 +86,11 @@ def gradient_mistake(name: str, text: str, hint: str, shows: Callable):
     return register
 
 
-def recomputed_backward(call: GradientCall, **changes) -> dict[str, np.ndarray]:
+def recomputed_backward(call: GradientCall, hidden=None, **changes) -> dict[str, np.ndarray]:
     """A flash backward that recomputes P = exp(x' - lse) from the forward's log-sum-exp, x' the
-    scores under the options ``changes`` alters (its own mask, its own modifiers), a sink's
-    share left in the lse as the forward had it. Unpacked calls only."""
+    scores under the options ``changes`` alters (its own mask, its own modifiers) and -inf where
+    ``hidden`` ((Tq, Tk) booleans) is True, a sink's share left in the lse as the forward had
+    it, rowsum(dO * O) from the forward's output. Unpacked calls only."""
     options = {name: value for name, value in call.options.items() if name != "grad_lse"}
     sinks = options.pop("sinks", None)
     forward_lse = reference_log_sum_exp(call.q, call.k, **options)  # (B, H, Tq)
@@ -96,15 +98,19 @@ def recomputed_backward(call: GradientCall, **changes) -> dict[str, np.ndarray]:
         forward_lse = np.logaddexp(forward_lse, np.asarray(sinks, np.float64)[:, None])
     changed = {**options, **changes}
     scores = reference_masked_scores(call.q, call.k, **changed)  # (B, H, Tq, Tk)
+    if hidden is not None:
+        scores = np.where(hidden, -np.inf, scores)
     seen = np.isfinite(forward_lse)[..., None]
     with np.errstate(invalid="ignore", over="ignore"):
         weights = np.where(seen, np.exp(scores - np.where(seen, forward_lse[..., None], 0.0)), 0.0)
     _, capped = backward_weights(call.q, call.k, **changed)
+    out = reference_attention(call.q, call.k, call.v, sinks=sinks, **options)  # the saved O
     return backward_steps(
         weights, call.q, repeat_kv_heads(call.q, call.k), call.grad_out, k=call.k, v=call.v,
         scale=resolve_scale(call.get("scale"), call.q.shape[-1]), capped=capped,
         softcap=changed.get("softcap"), grad_lse=call.get("grad_lse"), sinks=sinks,
         key_lengths=changed.get("key_lengths"),
+        row_dot=(call.grad_out * out).sum(axis=-1, keepdims=True),
     )  # fmt: skip
 
 
@@ -182,20 +188,10 @@ def _window_one_wider(call: GradientCall):
     lambda call: call.get("window") is not None and call.get("causal", True) and not call.packed,
 )
 def _window_not_causal(call: GradientCall):
-    options = _without(call.options, "grad_lse", "sinks", "window")
-    lse = reference_log_sum_exp(call.q, call.k, **options, window=call.get("window"))
-    ahead = reference_masked_scores(call.q, call.k, **{**options, "causal": False})
-    tq, tk = ahead.shape[-2:]
-    positions = np.arange(tq)[:, None] + tk - tq  # (Tq, 1)
-    both_sides = np.abs(np.arange(tk)[None, :] - positions) <= call.get("window")  # (Tq, Tk)
-    seen = np.isfinite(lse)[..., None]
-    with np.errstate(invalid="ignore", over="ignore"):
-        weights = np.where(seen & both_sides, np.exp(ahead - np.where(seen, lse[..., None], 0)), 0)
-    return backward_steps(
-        weights, call.q, repeat_kv_heads(call.q, call.k), call.grad_out, k=call.k, v=call.v,
-        scale=resolve_scale(call.get("scale"), call.q.shape[-1]), capped=None, softcap=None,
-        grad_lse=call.get("grad_lse"), sinks=None, key_lengths=call.get("key_lengths"),
-    )  # fmt: skip
+    tq, tk = call.q.shape[-2], call.k.shape[-2]
+    positions = np.arange(tq)[:, None] + tk - tq  # (Tq, 1), bottom-right aligned
+    ahead = np.arange(tk)[None, :] - positions > call.get("window")  # (Tq, Tk)
+    return recomputed_backward(call, hidden=ahead, causal=False)
 
 
 @gradient_mistake(

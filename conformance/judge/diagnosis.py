@@ -192,12 +192,15 @@ def diagnose_gradients(grads: dict, call: GradientCall, *, case, comparisons: di
             continue
         with np.errstate(all="ignore"):
             variant = mistake.variant(call)
-        # (the answer's distance from the variant, the variant's from the truth, the budget)
+        # (the answer's distance from the variant, the variant's from the truth, the budget):
+        # the budget scaled to the variant's size, as an lse's (diagnose_lse): a P recomputed
+        # with the wrong mask is not normalised, its gradients many times the truth's
         distances = [
             (
                 largest(mismatch(grads[name], variant[name])),
                 largest(mismatch(variant[name], truth)),
-                comparisons[f"d{name}"].allowed,
+                comparisons[f"d{name}"].allowed
+                * max(1.0, largest_finite(variant[name]) / max(largest_finite(truth), 1e-300)),
             )
             for name, truth in call.truth.items()
         ]

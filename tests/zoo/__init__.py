@@ -33,6 +33,7 @@ FAMILIES = (
     "paged caches",
     "memory",
     "stress",
+    "backward",
 )
 
 
@@ -139,6 +140,7 @@ def correct_variant(fn: Callable) -> Callable:
 def load_members() -> dict[str, Member]:
     """Every member, mutants and correct variants, by name."""
     from tests.zoo import (  # noqa: F401  (importing registers them)
+        backward,
         caches,
         correct,
         extensions,
