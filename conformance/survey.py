@@ -1,8 +1,8 @@
 """Where the built-ins sit inside their tolerance budgets: ``python -m conformance.survey``
 prints, per implementation and dtype, the worst error as a fraction of the budget and against the
 naive baseline's error, over a few shapes, then each dtype's budget and its reason.
-``--gradients --seeds N`` does the same for OUT-GRAD's gradients over N seeds of its case, naming
-the seed of the worst."""
+``--gradients --seeds N`` does the same for every gradient claim's cases over N seeds, with the
+median of each seed's worst and the case and seed of the worst."""
 
 from __future__ import annotations
 
@@ -10,17 +10,12 @@ import argparse
 
 import numpy as np
 
+from conformance.judge.gradients import judged_gradients, undefined_gradient
 from conformance.judge.harness import Case, Subject
-from conformance.judge.tolerance import (
-    BUDGETS,
-    GRADIENT_BUDGETS,
-    compare_gradients,
-    compare_to_oracle,
-)
+from conformance.judge.tolerance import BUDGETS, GRADIENT_BUDGETS, compare_to_oracle
 from conformance.report.tables import text_table
 from conformance.run.worker_clients import open_clients
 from impls.registry import BUILTINS
-from spec.dtypes import round_to
 
 
 def survey(implementations, cases) -> list[tuple[str, str, float, float]]:
@@ -51,62 +46,68 @@ def survey(implementations, cases) -> list[tuple[str, str, float, float]]:
     return rows
 
 
-# OUT-GRAD's case (conformance/test_output.py), causal on even seeds
-GRADIENT_SHAPES = {"q": (2, 2, 37, 16), "k": (2, 2, 53, 16), "v": (2, 2, 53, 16)}
+def gradient_cases() -> dict[str, tuple[Case, float]]:
+    """Every gradient test's case by id, with its inputs' spread: OUT-GRAD's
+    (conformance/test_output.py) and each feature's (conformance/test_gradients.py)."""
+    from conformance.test_gradients import BACKWARD_CASES
+    from conformance.test_output import GRADIENT_CASES
+
+    return {
+        **{f"OUT-GRAD {name}": case for name, case in GRADIENT_CASES.items()},
+        **{f"{row.marks[0].args[0]} {row.id}": tuple(row.values) for row in BACKWARD_CASES},
+    }
 
 
-def gradient_inputs(seed: int, dtype: str):
-    """(q, k, v, grad_out, causal) of the gradient survey's ``seed``, exact in ``dtype``."""
-    rng = np.random.default_rng(seed)
-    q, k, v = (round_to(rng.standard_normal(shape), dtype) for shape in GRADIENT_SHAPES.values())
-    grad_out = round_to(rng.standard_normal(GRADIENT_SHAPES["q"]), dtype)
-    return q, k, v, grad_out, seed % 2 == 0
-
-
-def survey_gradients(implementations, seeds: int) -> list[tuple[str, str, float, float, int]]:
-    """(implementation, dtype, worst budget fraction, worst error / baseline error, its seed)."""
+def survey_gradients(implementations, seeds) -> list[tuple]:
+    """(implementation, dtype, worst budget fraction, median of each run's worst, worst error /
+    baseline error, the case and seed of the worst) over every gradient case and ``seeds``, each
+    case's inputs drawn as its test draws them from that seed."""
     rows = []
+    cases = gradient_cases()
     for impl in implementations:
         if impl.unavailable_reason() or not impl.capabilities.autograd:
             continue
         for dtype in impl.capabilities.dtypes:
-            worst_fraction = worst_ratio = 0.0
-            worst_seed = 0
-            for seed in range(seeds):
-                q, k, v, grad_out, causal = gradient_inputs(seed, dtype)
-                native = (impl.from_numpy(x, dtype) for x in (q, k, v, grad_out))
-                grads = [
-                    impl.to_numpy(grad).astype(np.float64)
-                    for grad in impl.vjp(*native, causal=causal, scale=None)
-                ]
-                for result in compare_gradients(
-                    grads, q, k, v, grad_out, dtype=dtype, causal=causal
-                ).values():
-                    if result.budget_fraction > worst_fraction:
-                        worst_fraction, worst_seed = result.budget_fraction, seed
-                    if result.baseline_error > 0:
-                        worst_ratio = max(worst_ratio, result.max_abs / result.baseline_error)
-            rows.append((impl.name, dtype, worst_fraction, worst_ratio, worst_seed))
+            worst, ratio, fractions = (0.0, "", 0), 0.0, []
+            for seed in seeds:
+                run_worst = 0.0
+                for name, (case, spread) in cases.items():
+                    subject = Subject(impl, impl.name, seed=seed, test_id=f"survey {name}")
+                    case = subject.fit(case.with_(dtype=dtype))
+                    if subject.missing(case, autograd=True) or undefined_gradient(subject, case):
+                        continue
+                    _, comparisons, _ = judged_gradients(subject, case, spread=spread)
+                    for result in comparisons.values():
+                        run_worst = max(run_worst, result.budget_fraction)
+                        if result.budget_fraction > worst[0]:
+                            worst = (result.budget_fraction, name, seed)
+                        if result.baseline_error > 0:
+                            ratio = max(ratio, result.max_abs / result.baseline_error)
+                fractions.append(run_worst)
+            rows.append((impl.name, dtype, worst[0], float(np.median(fractions)), ratio,
+                         f"{worst[1]}, seed {worst[2]}"))  # fmt: skip
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m conformance.survey", description=__doc__)
     parser.add_argument(
-        "--gradients", action="store_true", help="survey OUT-GRAD's gradients instead of outputs"
+        "--gradients",
+        action="store_true",
+        help="survey the gradient claims' cases instead of outputs",
     )
     parser.add_argument(
         "--seeds",
         type=int,
-        default=200,
+        default=50,
         metavar="N",
-        help="seeds of OUT-GRAD's case the gradient survey runs (default: %(default)s)",
+        help="seeds of every gradient case the gradient survey runs (default: %(default)s)",
     )
     options = parser.parse_args()
     if options.seeds < 1:
         parser.error(f"--seeds={options.seeds}, but should be at least 1")
     if options.gradients:
-        main_gradients(options.seeds)
+        main_gradients(range(options.seeds))
         return
     cases = [
         Case(batch=1, heads=2, tq=tq, tk=tk, head_dim=d, causal=causal)
@@ -139,17 +140,18 @@ def main() -> None:
         )
 
 
-def main_gradients(seeds: int) -> None:
+def main_gradients(seeds) -> None:
     clients = open_clients([name for name in BUILTINS if not name.endswith("_cuda")])
     try:
         rows = [
-            (name, dtype, f"{fraction:.3f}", f"{ratio:.2f}" if ratio else "(exact)", str(seed))
-            for name, dtype, fraction, ratio, seed in survey_gradients(clients, seeds)
-        ]
+            (name, dtype, f"{worst:.3f}", f"{median:.3f}", f"{ratio:.2f}" if ratio else "(exact)",
+             where)
+            for name, dtype, worst, median, ratio, where in survey_gradients(clients, seeds)
+        ]  # fmt: skip
     finally:
         for client in clients:
             client.close()
-    header = ("implementation", "dtype", "of budget", "err/baseline", "worst seed")
+    header = ("implementation", "dtype", "worst", "median", "err/baseline", "worst at")
     for line in text_table([header, *rows], right=(2, 3, 4)):
         print(line)
     for budget in GRADIENT_BUDGETS.values():

@@ -83,8 +83,8 @@ def test_gradients_of_each_feature(subject, dtype, case, spread):
 @pytest.mark.claim("GRAD-DETERMINISM")
 def test_repeated_backward_passes_are_bit_identical(subject, dtype):
     case = subject.fit(
-        Case(batch=2, heads=4, kv_heads=2, tq=70, tk=113, head_dim=16, dtype=dtype)
-    )  # several key tiles summed into each dq row, groups summed into dk and dv
+        Case(batch=2, heads=4, tq=70, tk=113, head_dim=16, dtype=dtype)
+    )  # several key tiles summed into each dq row, several query blocks into dk and dv
     subject.require(case, autograd=True)
     q, k, v = subject.inputs(case)
     grad_out = round_to(subject.rng.standard_normal(case.out_shape), dtype)

@@ -32,6 +32,41 @@ def readme_extension_example() -> str:
     return "import numpy as np\n\n\n" + body
 
 
+def readme_backward_example() -> str:
+    section = (
+        (ROOT / "README.md")
+        .read_text(encoding="utf-8")
+        .split("## The backward: gradients of every feature", 1)[1]
+    )
+    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+
+
+ROW_TERM = "- (grad_out * (p @ v)).sum(-1, keepdims=True)"
+
+
+def test_the_readme_backward_is_judged_on_the_gradients_and_meets_them_as_written(suite, tmp_path):
+    """Written as the README shows it, the hand-written backward meets OUT-GRAD, MASK-GRAD and
+    GRAD-DETERMINISM; with the row term of dS left out it fails OUT-GRAD."""
+    example = readme_backward_example()
+    assert ROW_TERM in example
+    (tmp_path / "mykernel.py").write_text(example)
+    (tmp_path / "planted.py").write_text(example.replace(ROW_TERM, ""))
+    report_path = tmp_path / "report.json"
+    run = suite(
+        *("--impl", "mykernel:attention,planted:attention"),
+        *("--claims", "OUT-GRAD,MASK-GRAD,GRAD-DETERMINISM", "-n", "2"),
+        *("--report-json", str(report_path)),
+        env_overrides={"PYTHONPATH": str(tmp_path)},
+    )
+    assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-2000:]
+    subjects = {s["name"]: s for s in json.loads(report_path.read_text())["subjects"]}
+    written = subjects["mykernel:attention"]["claims"]
+    for claim in ("OUT-GRAD", "MASK-GRAD", "GRAD-DETERMINISM"):
+        assert written[claim]["verdict"] == "met", (claim, written[claim])
+        assert written[claim]["passed"] > 0, claim
+    assert subjects["planted:attention"]["claims"]["OUT-GRAD"]["verdict"] == "FAILED"
+
+
 def test_the_readme_extension_example_meets_softcap_as_written(suite, tmp_path):
     (tmp_path / "mykernel.py").write_text(readme_extension_example())
     report_path = tmp_path / "report.json"

@@ -63,28 +63,34 @@ def backward(subject: Subject, case: Case, q, k, v, grad_out, grad_lse=None) -> 
     return grads
 
 
-def assert_gradients_match(subject: Subject, case: Case, *, spread: float = 1.0) -> None:
-    """The backward of ``case`` (with its lse's gradient too where ``case.return_lse``): q, k, v
-    of standard deviation ``spread``, a random grad_out (and grad_lse); exact zeros where no
-    gradient flows, every gradient within its budget."""
-    __tracebackhide__ = True
+def judged_gradients(subject: Subject, case: Case, *, spread: float = 1.0):
+    """The backward of ``case`` (with its lse's gradient too where ``case.return_lse``) on q, k, v
+    of standard deviation ``spread``, a random grad_out (and grad_lse), judged: (grads, the
+    comparisons {"dq": ...}, the GradientCall the oracle saw)."""
     q, k, v = subject.inputs(case, spread=spread)
     grad_out = round_to(subject.rng.standard_normal(case.out_shape), case.dtype)
     grad_lse = None
     if case.return_lse:
         grad_lse = round_to(subject.rng.standard_normal(case.q_shape[:-1]), case.dtype)
-    case = case.with_(return_lse=None)  # the lse is not returned: its gradient is taken
-    grads = backward(subject, case, q, k, v, grad_out, grad_lse)
-    options = dict(causal=case.causal, scale=case.scale, **case.formula_variant)
+    plain = case.with_(return_lse=None)  # the lse is not returned: its gradient is taken
+    grads = backward(subject, plain, q, k, v, grad_out, grad_lse)
+    options = dict(causal=case.causal, scale=case.scale, **plain.formula_variant)
     if grad_lse is not None:  # the oracle's loss takes the natural lse: lse_2 = lse / ln 2
         declared_base_2 = subject.client.capabilities.lse_base == "2"
         options["grad_lse"] = grad_lse / math.log(2) if declared_base_2 else grad_lse
     comparisons = compare_gradients(grads, q, k, v, grad_out, dtype=case.dtype, **options)
+    return grads, comparisons, GradientCall(q, k, v, grad_out, options)
+
+
+def assert_gradients_match(subject: Subject, case: Case, *, spread: float = 1.0) -> None:
+    """:func:`judged_gradients` held to the claims: exact zeros where no gradient flows, every
+    gradient within its budget, a failure diagnosed."""
+    __tracebackhide__ = True
+    grads, comparisons, call = judged_gradients(subject, case, spread=spread)
     finding = None
     if not all(comparison.ok for comparison in comparisons.values()):
-        call = GradientCall(q, k, v, grad_out, options)
         finding = diagnose_gradients(grads, call, case=case, comparisons=comparisons)
-    assert_no_gradient_where_none_flows(subject, case, grads, finding)
+    assert_no_gradient_where_none_flows(subject, case.with_(return_lse=None), grads, finding)
     for name, comparison in comparisons.items():
         assert_within_budget(subject, case, name, comparison, finding)
 
@@ -117,18 +123,20 @@ def assert_no_gradient_where_none_flows(subject, case: Case, grads: dict, findin
             )
 
 
-def skip_where_rows_see_nothing_and_the_forward_is_nan(subject, case: Case) -> None:
-    """A case with rows that see no key, for an implementation that declares NaN for them
-    (Capabilities.empty_rows = "nan"): its loss is NaN there, and no gradient is defined."""
+def undefined_gradient(subject, case: Case) -> str | None:
+    """Why ``case`` has no gradient for the implementation, or None: rows that see no key, where
+    it declares NaN for them (Capabilities.empty_rows = "nan"), make its loss NaN."""
     if subject.client.capabilities.empty_rows != "nan":
-        return
-    _, blind = keys_read_and_blind_rows(case.tq, case.tk, causal=case.causal,
-                                        **case.formula_variant)  # fmt: skip
-    if blind.any():
-        pytest.skip(
-            f"{subject.name} declares NaN for rows that see no key (empty_rows='nan'): their "
-            "loss is NaN and their gradient undefined"
-        )
+        return None
+    plain = case.with_(return_lse=None)
+    _, blind = keys_read_and_blind_rows(plain.tq, plain.tk, causal=plain.causal,
+                                        **plain.formula_variant)  # fmt: skip
+    if not blind.any():
+        return None
+    return (
+        f"{subject.name} declares NaN for rows that see no key (empty_rows='nan'): their loss "
+        "is NaN and their gradient undefined"
+    )
 
 
 def assert_backward_of(subject, case: Case, spread: float = 1.0) -> None:
@@ -136,5 +144,7 @@ def assert_backward_of(subject, case: Case, spread: float = 1.0) -> None:
     __tracebackhide__ = True
     case = subject.fit(case)
     subject.require(case, autograd=True)
-    skip_where_rows_see_nothing_and_the_forward_is_nan(subject, case)
+    undefined = undefined_gradient(subject, case)
+    if undefined:
+        pytest.skip(undefined)
     assert_gradients_match(subject, case, spread=spread)

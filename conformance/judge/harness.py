@@ -247,8 +247,14 @@ class Subject:
     def require(self, case: Case, *, weights: bool = False, autograd: bool = False) -> None:
         """Skip, naming the missing capability, when the implementation does not declare what
         ``case`` needs."""
+        missing = self.missing(case, weights=weights, autograd=autograd)
+        if missing:
+            pytest.skip(f"{self.name} does not declare {', '.join(missing)}")
+
+    def missing(self, case: Case, *, weights: bool = False, autograd: bool = False) -> list[str]:
+        """What ``case`` needs that the implementation does not declare, in words."""
         caps = self.client.capabilities
-        missing = [
+        return [
             what
             for what, needed, declared in (
                 (f"dtype {case.dtype}", True, case.dtype in caps.dtypes),
@@ -271,8 +277,6 @@ class Subject:
             )
             if needed and not declared
         ]
-        if missing:
-            pytest.skip(f"{self.name} does not declare {', '.join(missing)}")
 
     def note_regimes_of_call(self, case: Case, q, k, v) -> None:
         """Note the regimes a call of ``case`` on float64 q, k, v draws, if the run reads them."""
