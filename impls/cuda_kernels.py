@@ -46,6 +46,12 @@ class KernelSource:
         return self.path.read_text(encoding="utf-8")
 
 
+def backward_entry_points(head_dim: int, softcap: bool = False) -> tuple[str, str]:
+    """The backward's two kernels for ``head_dim``, float32 (dK and dV, then dQ)."""
+    name = f"flash_backward_d{head_dim}" + ("_softcap" if softcap else "")
+    return f"{name}_dk_dv", f"{name}_dq"
+
+
 def flash_entry_point(dtype: str, head_dim: int, softcap: bool = False) -> str:
     """The flash kernel for ``dtype`` and ``head_dim``, the one with a softcap compiled in when
     ``softcap``."""
@@ -65,6 +71,12 @@ SOURCES = {
             for dtype in ("float16", "bfloat16", "float32")
             for head_dim in FLASH_HEAD_DIMS
             for softcap in (False, True)
+        )
+        + tuple(
+            kernel
+            for head_dim in FLASH_HEAD_DIMS
+            for softcap in (False, True)
+            for kernel in backward_entry_points(head_dim, softcap)
         ),
     ),
 }

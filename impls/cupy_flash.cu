@@ -478,6 +478,155 @@ __device__ __forceinline__ void flash_forward_float32(const float* __restrict__ 
         O[((size_t)bh * tq + row) * HEAD_DIM + 2 * c + half] = acc[c] * factor;
 }
 
+// --- the backward -------------------------------------------------------------------------------
+//
+// FlashAttention 2's backward in float32 (the 16-bit inputs widened by the caller, the gradients
+// rounded back by it), from the forward's lse: P = exp(x - lse'), lse' the lse with the sink's
+// logit joined, dS = P (dP - delta) + grad_lse exp(x - lse), delta = rowsum(dO * O), times dtanh
+// under a softcap. Two kernels and no atomics, so that repeated calls are bit-identical:
+//   flash_backward_dk_dv_d{32,64,128}[_softcap]  one block per (key tile, batch x key/value head):
+//                                               4 threads per key, each a quarter of its columns;
+//                                               dK and dV summed over every query row of the
+//                                               group's heads that sees the key
+//   flash_backward_dq_d{32,64,128}[_softcap]     one block per (query block, batch x head): 4
+//                                               threads per row; dQ summed over the keys it sees
+// A row that sees no key (lse -inf) gets P = 0. Q, K, V, dO are read from global memory in the
+// innermost loop, through the cache: the kernels' aim is the arithmetic, not the speed.
+#define LANES 4
+#define BACKWARD_THREADS (BLOCK_M * LANES)
+
+// The dot product of this thread's quarter of two rows, summed over the 4 lanes of its row.
+__device__ __forceinline__ float lanes_sum(float partial) {
+    partial += __shfl_xor_sync(0xffffffffu, partial, 1);
+    return partial + __shfl_xor_sync(0xffffffffu, partial, 2);
+}
+
+struct BackwardArguments {
+    const float* q;  // (B*H, Tq, D)
+    const float* k;  // (B*Hkv, Tk, D)
+    const float* v;
+    const float* grad_out;  // (B*H, Tq, D)
+    const float* lse;       // (B*H, Tq), the forward's, the sink not included
+    const float* delta;     // (B*H, Tq)
+    const float* grad_lse;  // (B*H, Tq) or null
+    int tq, tk;
+    float scale;
+    int causal, heads_per_kv, window;
+    float softcap;
+    const float* sinks;  // (H,) or null
+    int heads;
+};
+
+// One (row, key) pair's dS / dx and P, for the query row at `row` of head `bh`: the pair's two
+// dot products given. x the capped score; visibility as the forward's.
+template <bool SOFTCAP>
+__device__ __forceinline__ float grad_score(const BackwardArguments& a, int bh, int row, int key,
+                                            float q_dot_k, float grad_dot_v, float& p) {
+    const int position = row + a.tk - a.tq;
+    const bool visible = row < a.tq && key < a.tk && (!a.causal || key <= position) &&
+                         (a.window < 0 || key >= position - a.window);
+    const float lse = row < a.tq ? a.lse[(size_t)bh * a.tq + row] : negative_infinity();
+    if (!visible || lse == negative_infinity()) {
+        p = 0.0f;
+        return 0.0f;
+    }
+    const float raw = q_dot_k * a.scale;
+    const float x = SOFTCAP ? a.softcap * tanhf(raw / a.softcap) : raw;
+    const float sink = a.sinks == nullptr ? negative_infinity() : a.sinks[bh % a.heads];
+    const float top = fmaxf(lse, sink);
+    const float with_sink = top + logf(expf(lse - top) + expf(sink - top));
+    p = expf(x - with_sink);
+    float ds = p * (grad_dot_v - a.delta[(size_t)bh * a.tq + row]);
+    if (a.grad_lse != nullptr) ds += a.grad_lse[(size_t)bh * a.tq + row] * expf(x - lse);
+    if (SOFTCAP) ds *= 1.0f - (x / a.softcap) * (x / a.softcap);
+    return ds;
+}
+
+template <int HEAD_DIM, bool SOFTCAP>
+__device__ __forceinline__ void flash_backward_dk_dv(const BackwardArguments& a,
+                                                     float* __restrict__ grad_k,
+                                                     float* __restrict__ grad_v) {
+    constexpr int QUARTER = HEAD_DIM / LANES;
+    const int local_key = threadIdx.x / LANES, lane = threadIdx.x % LANES;
+    const int tile_start = blockIdx.x * BLOCK_M;
+    const int key = tile_start + local_key;
+    const int bkv = blockIdx.y;  // batch x key/value head
+    const size_t key_base = ((size_t)bkv * a.tk + key) * HEAD_DIM;
+    float k[QUARTER], v[QUARTER], dk[QUARTER], dv[QUARTER];
+#pragma unroll
+    for (int c = 0; c < QUARTER; ++c) {
+        k[c] = key < a.tk ? a.k[key_base + LANES * c + lane] : 0.0f;
+        v[c] = key < a.tk ? a.v[key_base + LANES * c + lane] : 0.0f;
+        dk[c] = dv[c] = 0.0f;
+    }
+    // Rows before the tile's first key (absolute position) see none of it under the mask.
+    const int first_row = a.causal ? max(tile_start - (a.tk - a.tq), 0) : 0;
+    for (int member = 0; member < a.heads_per_kv; ++member) {
+        const int bh = bkv * a.heads_per_kv + member;
+        for (int row = first_row; row < a.tq; ++row) {
+            const size_t row_base = ((size_t)bh * a.tq + row) * HEAD_DIM;
+            float q_part = 0.0f, grad_part = 0.0f;
+#pragma unroll
+            for (int c = 0; c < QUARTER; ++c) {
+                q_part += a.q[row_base + LANES * c + lane] * k[c];
+                grad_part += a.grad_out[row_base + LANES * c + lane] * v[c];
+            }
+            float p;
+            const float ds =
+                grad_score<SOFTCAP>(a, bh, row, key, lanes_sum(q_part), lanes_sum(grad_part), p);
+#pragma unroll
+            for (int c = 0; c < QUARTER; ++c) {
+                dv[c] += p * a.grad_out[row_base + LANES * c + lane];
+                dk[c] += ds * a.q[row_base + LANES * c + lane];
+            }
+        }
+    }
+    if (key >= a.tk) return;
+#pragma unroll
+    for (int c = 0; c < QUARTER; ++c) {
+        grad_k[key_base + LANES * c + lane] = dk[c] * a.scale;
+        grad_v[key_base + LANES * c + lane] = dv[c];
+    }
+}
+
+template <int HEAD_DIM, bool SOFTCAP>
+__device__ __forceinline__ void flash_backward_dq(const BackwardArguments& a,
+                                                  float* __restrict__ grad_q) {
+    constexpr int QUARTER = HEAD_DIM / LANES;
+    const int local_row = threadIdx.x / LANES, lane = threadIdx.x % LANES;
+    const int block_start = blockIdx.x * BLOCK_M;
+    const int row = block_start + local_row;
+    const int bh = blockIdx.y;
+    const size_t row_base = ((size_t)bh * a.tq + row) * HEAD_DIM;
+    const size_t kv_base = (size_t)(bh / a.heads_per_kv) * a.tk * HEAD_DIM;
+    float q[QUARTER], grad_out[QUARTER], dq[QUARTER];
+#pragma unroll
+    for (int c = 0; c < QUARTER; ++c) {
+        q[c] = row < a.tq ? a.q[row_base + LANES * c + lane] : 0.0f;
+        grad_out[c] = row < a.tq ? a.grad_out[row_base + LANES * c + lane] : 0.0f;
+        dq[c] = 0.0f;
+    }
+    const int offset = a.tk - a.tq;
+    const int end = a.causal ? min(a.tk, block_start + BLOCK_M + offset) : a.tk;
+    for (int key = first_tile(block_start + offset, a.window); key < end; ++key) {
+        const size_t key_base = kv_base + (size_t)key * HEAD_DIM;
+        float q_part = 0.0f, grad_part = 0.0f;
+#pragma unroll
+        for (int c = 0; c < QUARTER; ++c) {
+            q_part += q[c] * a.k[key_base + LANES * c + lane];
+            grad_part += grad_out[c] * a.v[key_base + LANES * c + lane];
+        }
+        float p;
+        const float ds =
+            grad_score<SOFTCAP>(a, bh, row, key, lanes_sum(q_part), lanes_sum(grad_part), p);
+#pragma unroll
+        for (int c = 0; c < QUARTER; ++c) dq[c] += ds * a.k[key_base + LANES * c + lane];
+    }
+    if (row >= a.tq) return;
+#pragma unroll
+    for (int c = 0; c < QUARTER; ++c) grad_q[row_base + LANES * c + lane] = dq[c] * a.scale;
+}
+
 // --- entry points -----------------------------------------------------------------------------
 
 // Each kernel twice: NAME without a softcap (the argument is ignored) and NAME_softcap with one.
@@ -515,3 +664,34 @@ TENSOR_CORE_ENTRIES(flash_bf16_d128, 128, BFloat16)
 FLOAT32_ENTRIES(flash_f32_d32, 32)
 FLOAT32_ENTRIES(flash_f32_d64, 64)
 FLOAT32_ENTRIES(flash_f32_d128, 128)
+
+// The backward's, each with and without a softcap: (q, k, v, grad_out, lse, delta, grad_lse,
+// tq, tk, scale, causal, heads_per_kv, window, softcap, sinks, heads, then the gradients).
+#define BACKWARD_ENTRY(NAME, HEAD_DIM, SOFTCAP)                                                  \
+    extern "C" __global__ void __launch_bounds__(BACKWARD_THREADS) NAME##_dk_dv(                 \
+        const float* q, const float* k, const float* v, const float* grad_out, const float* lse, \
+        const float* delta, const float* grad_lse, int tq, int tk, float scale, int causal,      \
+        int heads_per_kv, int window, float softcap, const float* sinks, int heads,              \
+        float* grad_k, float* grad_v) {                                                          \
+        const BackwardArguments a{q,      k,    v,            grad_out, lse,     delta,          \
+                                  grad_lse, tq, tk,           scale,    causal,  heads_per_kv,   \
+                                  window, softcap, sinks,     heads};                            \
+        flash_backward_dk_dv<HEAD_DIM, SOFTCAP>(a, grad_k, grad_v);                              \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(BACKWARD_THREADS) NAME##_dq(                    \
+        const float* q, const float* k, const float* v, const float* grad_out, const float* lse, \
+        const float* delta, const float* grad_lse, int tq, int tk, float scale, int causal,      \
+        int heads_per_kv, int window, float softcap, const float* sinks, int heads,              \
+        float* grad_q) {                                                                         \
+        const BackwardArguments a{q,      k,    v,            grad_out, lse,     delta,          \
+                                  grad_lse, tq, tk,           scale,    causal,  heads_per_kv,   \
+                                  window, softcap, sinks,     heads};                            \
+        flash_backward_dq<HEAD_DIM, SOFTCAP>(a, grad_q);                                         \
+    }
+#define BACKWARD_ENTRIES(NAME, HEAD_DIM)      \
+    BACKWARD_ENTRY(NAME, HEAD_DIM, false)     \
+    BACKWARD_ENTRY(NAME##_softcap, HEAD_DIM, true)
+
+BACKWARD_ENTRIES(flash_backward_d32, 32)
+BACKWARD_ENTRIES(flash_backward_d64, 64)
+BACKWARD_ENTRIES(flash_backward_d128, 128)

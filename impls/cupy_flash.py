@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from impls.contract import RAISES_ON_ALL, Capabilities, Implementation, validate_inputs
-from impls.cuda_kernels import FLASH_HEAD_DIMS, flash_entry_point
+from impls.cuda_kernels import FLASH_HEAD_DIMS, backward_entry_points, flash_entry_point
 from impls.cupy_arrays import (
     FLASH_THREADS,
     CupyArrays,
@@ -30,12 +30,64 @@ class CupyFlash(CupyArrays, Implementation):
         head_dims=FLASH_HEAD_DIMS,
         distinct_value_dim=False,
         conventions=RAISES_ON_ALL,
+        autograd=True,  # the backward kernels of cupy_flash.cu (vjp)
         gqa=True,
         window=True,
         lse=True,
         softcap=True,
         sinks=True,
     )
+
+    def vjp(
+        self, q, k, v, grad_out, *, causal=True, scale=None, window=None, softcap=None,
+        sinks=None, grad_lse=None,
+    ):  # fmt: skip
+        """The backward kernels on the forward's output and lse, in float32: the 16-bit inputs
+        widened, the gradients rounded back to the inputs' dtype; dsinks (float32) from the lse
+        and delta, -sum over each head's rows of p_sink * delta."""
+        out, lse = self.attention_and_lse(
+            q, k, v, causal=causal, scale=scale, window=window, softcap=softcap, sinks=sinks
+        )
+        dtype = self.dtype_name(q)
+        q, k, v, grad_out, out = (widened(x, dtype) for x in (q, k, v, grad_out, out))
+        xp = namespace(q)
+        delta = (grad_out * out).sum(axis=-1)  # rowsum(dO * O), (B, H, Tq), float32
+        if grad_lse is not None:
+            grad_lse = xp.ascontiguousarray(widened(grad_lse, dtype))
+        sink_logits = None if sinks is None else xp.asarray(sinks, dtype=xp.float32)  # (H,)
+        grads = self.backward_kernels(
+            q, k, v, grad_out, lse, xp.ascontiguousarray(delta), grad_lse,
+            causal=causal, scale=scalar_scale(scale, q.shape[-1]), window=window,
+            softcap=softcap, sinks=sink_logits,
+        )  # fmt: skip
+        grads = tuple(narrowed(grad, dtype) for grad in grads)
+        if sinks is None:
+            return grads
+        with_sink = xp.logaddexp(lse, sink_logits[:, None])  # (B, H, Tq)
+        seen = with_sink > -xp.inf
+        sink_share = xp.where(seen, xp.exp(sink_logits[:, None] - xp.where(seen, with_sink, 0)), 0)
+        return (*grads, -(sink_share * delta).sum(axis=(0, 2)))
+
+    def backward_kernels(self, q, k, v, grad_out, lse, delta, grad_lse, *, causal, scale, window,
+                         softcap, sinks):  # fmt: skip
+        """(dq, dk, dv) in float32 from the two backward kernels, on contiguous float32 arrays."""
+        batch, heads, tq, d = q.shape
+        kv_heads, tk = k.shape[1], k.shape[-2]
+        dk_dv, dq = (
+            kernel_module("cupy_flash").get_function(name)
+            for name in backward_entry_points(d, softcap=softcap is not None)
+        )
+        grads = [cupy.empty_like(x) for x in (q, k, v)]
+        arguments = (
+            q, k, v, grad_out, lse, delta, grad_lse, np.int32(tq), np.int32(tk), scale,
+            np.int32(causal), np.int32(heads // kv_heads),
+            np.int32(-1 if window is None else window), kernel_softcap(softcap), sinks,
+            np.int32(heads),
+        )  # fmt: skip
+        dk_dv((math.ceil(tk / BLOCK_M), batch * kv_heads), (BACKWARD_THREADS,),
+              (*arguments, grads[1], grads[2]))  # fmt: skip
+        dq((math.ceil(tq / BLOCK_M), batch * heads), (BACKWARD_THREADS,), (*arguments, grads[0]))
+        return tuple(grads)
 
     def attention(
         self, q, k, v, *, causal=True, scale=None, window=None, softcap=None, sinks=None,
@@ -81,6 +133,32 @@ class CupyFlash(CupyArrays, Implementation):
              kernel_softcap(softcap), sink_logits, np.int32(heads)),
         )  # fmt: skip
         return out, lse
+
+
+BACKWARD_THREADS = BLOCK_M * 4  # 4 threads per key or row (BACKWARD_THREADS in cupy_flash.cu)
+
+
+def namespace(array):
+    """NumPy for a host array (the emulation's), CuPy for a device one."""
+    return np if isinstance(array, np.ndarray) else cupy
+
+
+def widened(array, dtype: str):
+    """A contiguous float32 copy of ``array`` of ``dtype`` (bfloat16 as uint16 bit patterns)."""
+    xp = namespace(array)
+    if dtype == "bfloat16":
+        return xp.ascontiguousarray((array.astype(xp.uint32) << xp.uint32(16)).view(xp.float32))
+    return xp.ascontiguousarray(array, dtype=xp.float32)
+
+
+def narrowed(array, dtype: str):
+    """float32 ``array`` rounded to ``dtype``, to nearest, ties to even (bfloat16's bits)."""
+    xp = namespace(array)
+    if dtype != "bfloat16":
+        return array.astype(dtype)
+    bits = array.view(xp.uint32)
+    rounded = (bits + xp.uint32(0x7FFF) + ((bits >> xp.uint32(16)) & xp.uint32(1))) >> 16
+    return xp.where(xp.isnan(array), xp.uint32(0x7FC0), rounded).astype(xp.uint16)
 
 
 def kernel_softcap(softcap: float | None) -> np.float32:

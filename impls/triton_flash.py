@@ -36,7 +36,9 @@ class TritonFlash(TorchArrays, Implementation):
         on_gpu = torch is not None and not interpreted() and torch.cuda.is_available()
         self.device = "cuda" if on_gpu else "cpu"
         self.capabilities = Capabilities(
-            dtypes=GPU_DTYPES if on_gpu else INTERPRETER_DTYPES, conventions=RAISES_ON_ALL
+            dtypes=GPU_DTYPES if on_gpu else INTERPRETER_DTYPES,
+            autograd=True,  # its own backward kernels (vjp), not torch's autograd
+            conventions=RAISES_ON_ALL,
         )
 
     def version(self) -> str:
@@ -72,9 +74,27 @@ class TritonFlash(TorchArrays, Implementation):
                 raise ValueError(
                     f"{label} is on {tensor.device}, but should be on {self.device} [{self.name}]"
                 )
+        return self.forward(q, k, v, causal=causal, scale=scale)[0]
+
+    def forward(self, q, k, v, *, causal, scale):
+        """(out, lse), lse (B, H, Tq) float32, from the kernel on contiguous copies."""
         from impls.triton_flash_kernel import launch  # triton is imported here, not before
 
         q, k, v = (x.contiguous() for x in (q, k, v))
         out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype, device=q.device)
-        launch(q, k, v, out, scale=resolve_scale(scale, q.shape[-1]), causal=causal)
-        return out
+        lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+        launch(q, k, v, out, lse, scale=resolve_scale(scale, q.shape[-1]), causal=causal)
+        return out, lse
+
+    def vjp(self, q, k, v, grad_out, *, causal=True, scale=None):
+        """FlashAttention 2's backward in two Triton kernels (triton_flash_kernel.py), from the
+        forward's output and lse: its features are the forward's, the plain formula."""
+        from impls.triton_flash_kernel import launch_backward
+
+        out, lse = self.forward(q, k, v, causal=causal, scale=scale)
+        q, k, v, grad_out = (x.contiguous() for x in (q, k, v, grad_out))
+        delta = (grad_out.float() * out.float()).sum(-1)  # rowsum(dO * O), (B, H, Tq)
+        grads = [torch.empty_like(x) for x in (q, k, v)]
+        launch_backward(q, k, v, grad_out, lse, delta, grads,
+                        scale=resolve_scale(scale, q.shape[-1]), causal=causal)  # fmt: skip
+        return tuple(grads)

@@ -352,7 +352,11 @@ def compare_gradients(
     truths = reference_feature_vjp(q, k, v, grad_out, **options)
     baselines = naive_baseline_vjp(q, k, v, grad_out, dtype=dtype, **options)
     magnitudes = gradient_magnitudes(q, k, v, grad_out, **options)
+    # The scores whose rounding the weights feel: a softcap's capped ones (dtanh damps a large
+    # score's rounding to what its capped value carries); ALiBi's bias is exact
     scores = reference_scores(q, repeat_kv_heads(q, k), scale=scale)  # (B, H, Tq, Tk)
+    if variant.get("softcap") is not None:
+        scores = variant["softcap"] * np.tanh(scores / variant["softcap"])
     max_score = float(np.abs(scores).max(initial=0.0))
     return {
         f"d{name}": compare(

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from impls.contract import Implementation, resolve_scale, validate_inputs
-from impls.cuda_kernels import FLASH_HEAD_DIMS, SOURCES, flash_entry_point
+from impls.cuda_kernels import FLASH_HEAD_DIMS, SOURCES, backward_entry_points, flash_entry_point
 from impls.cupy_arrays import bfloat16_bits, bfloat16_values
 from impls.cupy_flash import CupyFlash, kernel_softcap
 from impls.cupy_naive import CupyNaive
@@ -79,6 +79,11 @@ def load(library: Path) -> ctypes.CDLL:
         integer,
     ]  # fmt: skip
     lib.run_flash.restype = integer
+    lib.run_flash_backward.argtypes = [
+        ctypes.c_char_p, *[pointer] * 7, *[integer] * 5, real, *[integer] * 2, real,
+        *[pointer] * 4,
+    ]  # fmt: skip
+    lib.run_flash_backward.restype = integer
     lib.run_naive.argtypes = [*[pointer] * 5, *[integer] * 5, real, integer, integer]
     lib.run_naive.restype = None
     lib.emulation_race.argtypes = []
@@ -144,8 +149,29 @@ class EmulatedCupyFlash(EmulatedKernels):
     source = "impls/cupy_flash.cu"
     capabilities = CupyFlash.capabilities
 
-    # CupyFlash's, over this class's attention_and_lse: the same keywords, the same answer
+    # CupyFlash's, over this class's attention_and_lse and backward_kernels: the same keywords,
+    # the same answer
     attention = CupyFlash.attention
+    vjp = CupyFlash.vjp
+
+    def backward_kernels(self, q, k, v, grad_out, lse, delta, grad_lse, *, causal, scale, window,
+                         softcap, sinks):  # fmt: skip
+        batch, heads, tq, d = q.shape
+        grads = [np.empty_like(x) for x in (q, k, v)]
+        name = backward_entry_points(d, softcap=softcap is not None)[0].removesuffix("_dk_dv")
+        optional = [None if x is None else _address(x) for x in (grad_lse, sinks)]
+        status = library().run_flash_backward(
+            name.encode(), *map(_address, (q, k, v, grad_out, lse, delta)), optional[0],
+            batch, heads, k.shape[1], tq, k.shape[-2], scale, int(causal),
+            -1 if window is None else window, kernel_softcap(softcap), optional[1],
+            *map(_address, grads),
+        )  # fmt: skip
+        if status != 0:
+            raise ValueError(f"no backward kernel {name}")
+        race = library().emulation_race().decode()
+        if race:
+            raise RuntimeError(f"{name}: shared-memory race: {race}")
+        return tuple(grads)
 
     def attention_and_lse(
         self, q, k, v, *, causal=True, scale=None, window=None, softcap=None, sinks=None

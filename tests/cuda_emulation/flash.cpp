@@ -40,5 +40,38 @@ extern "C" int run_flash(const char* name, const void* q, const void* k, const v
     return 1;
 }
 
+#define RUN_BACKWARD_IF(NAME)                                                                \
+    if (std::strcmp(name, #NAME) == 0) {                                                     \
+        launch(key_tiles, BACKWARD_THREADS, [&] {                                            \
+            NAME##_dk_dv(q, k, v, grad_out, lse, delta, grad_lse, tq, tk, scale, causal,     \
+                         heads_per_kv, window, softcap, sinks, heads, grad_k, grad_v);       \
+        });                                                                                  \
+        launch(query_blocks, BACKWARD_THREADS, [&] {                                         \
+            NAME##_dq(q, k, v, grad_out, lse, delta, grad_lse, tq, tk, scale, causal,        \
+                      heads_per_kv, window, softcap, sinks, heads, grad_q);                  \
+        });                                                                                  \
+        return 0;                                                                            \
+    }
+
+// Launches the backward's two kernels `name`_dk_dv and `name`_dq as impls/cupy_flash.py does;
+// returns 1 for an unknown name.
+extern "C" int run_flash_backward(const char* name, const float* q, const float* k,
+                                  const float* v, const float* grad_out, const float* lse,
+                                  const float* delta, const float* grad_lse, int batch, int heads,
+                                  int kv_heads, int tq, int tk, float scale, int causal,
+                                  int window, float softcap, const float* sinks, float* grad_q,
+                                  float* grad_k, float* grad_v) {
+    const int heads_per_kv = heads / kv_heads;
+    const Index3 key_tiles{unsigned((tk + BLOCK_M - 1) / BLOCK_M), unsigned(batch * kv_heads), 1};
+    const Index3 query_blocks{unsigned((tq + BLOCK_M - 1) / BLOCK_M), unsigned(batch * heads), 1};
+    RUN_BACKWARD_IF(flash_backward_d32)
+    RUN_BACKWARD_IF(flash_backward_d32_softcap)
+    RUN_BACKWARD_IF(flash_backward_d64)
+    RUN_BACKWARD_IF(flash_backward_d64_softcap)
+    RUN_BACKWARD_IF(flash_backward_d128)
+    RUN_BACKWARD_IF(flash_backward_d128_softcap)
+    return 1;
+}
+
 // The first race the last launch saw (host_cuda.h), or an empty string.
 extern "C" const char* emulation_race() { return race.c_str(); }
