@@ -86,15 +86,18 @@ def gradient_mistake(name: str, text: str, hint: str, shows: Callable):
     return register
 
 
-def recomputed_backward(call: GradientCall, hidden=None, **changes) -> dict[str, np.ndarray]:
+def recomputed_backward(
+    call: GradientCall, hidden=None, sink_in_lse: bool = True, **changes
+) -> dict[str, np.ndarray]:
     """A flash backward that recomputes P = exp(x' - lse) from the forward's log-sum-exp, x' the
     scores under the options ``changes`` alters (its own mask, its own modifiers) and -inf where
     ``hidden`` ((Tq, Tk) booleans) is True, a sink's share left in the lse as the forward had
-    it, rowsum(dO * O) from the forward's output. Unpacked calls only."""
+    it (unless not ``sink_in_lse``), rowsum(dO * O) from the forward's output. Unpacked calls
+    only."""
     options = {name: value for name, value in call.options.items() if name != "grad_lse"}
     sinks = options.pop("sinks", None)
     forward_lse = reference_log_sum_exp(call.q, call.k, **options)  # (B, H, Tq)
-    if sinks is not None:  # the forward's denominator: the sink joined it
+    if sinks is not None and sink_in_lse:  # the forward's denominator: the sink joined it
         forward_lse = np.logaddexp(forward_lse, np.asarray(sinks, np.float64)[:, None])
     changed = {**options, **changes}
     scores = reference_masked_scores(call.q, call.k, **changed)  # (B, H, Tq, Tk)
@@ -150,10 +153,10 @@ def _bias_left_out(call: GradientCall):
     "the sink's share of the denominator left out of the backward: P renormalised over the keys "
     "alone and no gradient for the sink",
     "the backward's P recomputed from an lse without the sink (FlashAttention #1973, PR #2706)",
-    lambda call: any(np.isfinite(s) for s in call.get("sinks") or ()),
+    lambda call: any(np.isfinite(s) for s in call.get("sinks") or ()) and not call.packed,
 )
 def _sink_left_out(call: GradientCall):
-    grads = call.with_options(sinks=None)
+    grads = recomputed_backward(call, sink_in_lse=False)
     grads["sinks"] = np.zeros(len(call.get("sinks")))
     return grads
 

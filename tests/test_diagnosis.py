@@ -16,6 +16,7 @@ from conformance.judge.truth import CaseTruth, largest_finite
 from conformance.report.verdicts import WIDTH, shell_lines
 from spec.dtypes import UNIT_ROUNDOFF
 from spec.formula import merge_states, page_pool, reference_attention
+from spec.gradient_mistakes import GRADIENT_MISTAKES, GradientCall
 from spec.mistakes import MISTAKES, Call, find_mistake
 from spec.state_mistakes import STATE_MISTAKES, LseCall, MergeCall, find_any_mistake
 from tests.suite_process import run_module
@@ -25,6 +26,9 @@ from tests.zoo.kill_matrix import Verdict, diagnosis_problems
 MEMBERS = load_members()
 WITH_MISTAKE = sorted(name for name, m in MEMBERS.items() if m.mistake in MISTAKES)
 WITH_STATE_MISTAKE = sorted(name for name, m in MEMBERS.items() if m.mistake in STATE_MISTAKES)
+WITH_GRADIENT_MISTAKE = sorted(
+    name for name, m in MEMBERS.items() if m.mistake in GRADIENT_MISTAKES
+)
 
 
 def planted_future(k: np.ndarray, value: float) -> np.ndarray:
@@ -182,10 +186,56 @@ def test_each_mutant_with_a_state_mistake_is_that_mistakes_variant(name):
         )
 
 
+# A backward call on which each feature's bug shows, by the keyword a member declares: two items
+# of 70 keys (not a multiple of 64), the second with none where key lengths are declared.
+GRADIENT_OPTIONS = {
+    "enable_gqa": {},
+    "window": {"window": 8},
+    "key_lengths": {"key_lengths": (70, 0)},
+    "cu_seqlens_q": {"cu_seqlens_q": (0, 1, 30, 40), "cu_seqlens_k": (0, 1, 60, 70)},
+    "softcap": {"softcap": 2.0},
+    "alibi_slopes": {"alibi_slopes": (1.0, 0.5, 0.25, 0.125)},
+    "sinks": {"sinks": (0.5, 2.0, -1.0, -np.inf)},
+}
+
+
+@pytest.mark.parametrize("name", WITH_GRADIENT_MISTAKE)
+def test_each_backward_mutant_is_its_mistakes_variant(name):
+    """The zoo's backward mutants compute their gradient mistake's variant (in float64, to
+    rounding), on a call where the bug shows: the diagnosis names what each one is."""
+    member = MEMBERS[name]
+    mistake = GRADIENT_MISTAKES[member.mistake]
+    declared = inspect.signature(member.fn).parameters
+    options = {"causal": True, "scale": None}
+    for keyword, more in GRADIENT_OPTIONS.items():
+        if keyword in declared:
+            options |= more
+    packed = "cu_seqlens_q" in options
+    batch, kv_heads = (1 if packed else 2), (2 if "enable_gqa" in declared else 4)
+    rng = np.random.default_rng(0)
+    q, grad_out = (rng.standard_normal((batch, 4, 40, 16)) for _ in range(2))
+    k, v = (rng.standard_normal((batch, kv_heads, 70, 16)) for _ in range(2))
+    with np.errstate(all="ignore"):
+        answer = member.fn.vjp(q, k, v, grad_out, **options)
+    got = dict(zip(("q", "k", "v", "sinks"), answer, strict=False))
+    call = GradientCall(q, k, v, grad_out, options)
+    assert mistake.shows(call), name
+    with np.errstate(all="ignore"):
+        variant = mistake.variant(call)
+    assert set(got) == set(variant) == set(call.truth), (name, set(got), set(variant))
+    shown = [mismatch(variant[n], call.truth[n]).max() > 1e-6 for n in call.truth]
+    assert any(shown), f"{name}: its bug does not show on these inputs"
+    for part, answer in got.items():
+        off = mismatch(answer, variant[part]).max()
+        assert off <= 1e-9 * max(1.0, largest_finite(answer)), (
+            f"{name} and the variant {mistake.name} differ by {off:.3g} in d{part}"
+        )
+
+
 def test_every_mistake_has_a_name_a_sentence_and_a_hint():
     with pytest.raises(ValueError, match="mistake 'no-such-mistake', but should be one of"):
         find_any_mistake("no-such-mistake")
-    for name, mistake in STATE_MISTAKES.items():
+    for name, mistake in {**STATE_MISTAKES, **GRADIENT_MISTAKES}.items():
         assert name not in MISTAKES, name
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name), name
         assert mistake.text, name
