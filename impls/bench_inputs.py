@@ -18,10 +18,11 @@ HALF_WIDTH = 3**0.5  # uniform on [-sqrt(3), sqrt(3)): mean 0, variance 1, as ra
 
 
 def fresh_inputs(
-    seed: int, dims: tuple[int, int, int, int, int, int], dtype: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    seed: int, dims: tuple[int, int, int, int, int, int], dtype: str, grad_out: bool = False
+) -> tuple[np.ndarray, ...]:
     """q (B, H, Tq, D), k and v (B, Hkv, Tk, D) for ``dims`` = (B, H, Hkv, Tq, Tk, D), drawn
-    uniformly with variance 1, exact in ``dtype`` and held in spec.dtypes.numpy_storage(dtype).
+    uniformly with variance 1, exact in ``dtype`` and held in spec.dtypes.numpy_storage(dtype);
+    with ``grad_out``, a fourth, the backward's dO (B, H, Tq, D).
 
     Uniform, not normal: the draw is part of every request's cost, which the judge measures and
     subtracts from its clock, so the cheaper and steadier the better (ANDREA's three arrays:
@@ -30,6 +31,8 @@ def fresh_inputs(
     rng = np.random.default_rng(seed)
     draw_dtype = np.float64 if dtype == "float64" else np.float32
     shapes = ((batch, heads, tq, head_dim), (batch, kv_heads, tk, head_dim), None)
+    if grad_out:
+        shapes += (shapes[0],)
     drawn = []
     for shape in shapes:
         x = rng.random(shape or shapes[1], dtype=draw_dtype)  # [0, 1)

@@ -294,7 +294,7 @@ def raised(exc: BaseException) -> Raised:
 
 def bench_call(
     impl, *, seed: int, dims: tuple, dtype: str, echo: bool = False, flush_cache: bool = True,
-    **keywords,
+    backward: bool = False, **keywords,
 ) -> Answer:  # fmt: skip
     """One timed call of attention on inputs drawn from ``seed`` (impls.bench_inputs), laid out
     as a plain call of the same keywords is (page pools where ``page_size`` is among them).
@@ -303,9 +303,11 @@ def bench_call(
     computed lazily is computed inside it), on a GPU at a CUDA event after the kernel, the
     device then synchronised, with the L2 cache flushed before it unless ``flush_cache`` is
     False. ``echo``: no call; q comes back as the output, which measures everything but the
-    call (the line, the draw, the layout, the way back) for the judge."""
-    arrays = tuple(InputArray(x, dtype) for x in fresh_inputs(seed, dims, dtype))
-    call = Call("attention", arrays, keywords)
+    call (the line, the draw, the layout, the way back) for the judge. ``backward``: the call
+    is vjp, forward and backward, on a dO drawn from the same seed; its gradients come back."""
+    drawn = fresh_inputs(seed, dims, dtype, grad_out=backward)
+    arrays = tuple(InputArray(x, dtype) for x in drawn)
+    call = Call("vjp" if backward else "attention", arrays, keywords)
     if "page_size" in keywords:
         call = paged(call)
     try:
@@ -315,14 +317,14 @@ def bench_call(
             return Timed((0.0,), (returned(impl, natives[0], input_device),))
         clock = DeviceClock.of(impl, flush_cache)
         clock.start()
-        out = impl.attention(*natives, **call.keywords)
-        readable = clock.stop(lambda: impl.to_numpy(out))
-        output = returned(impl, out, input_device)
+        out = getattr(impl, call.op)(*natives, **call.keywords)
+        readable = clock.stop(lambda: [impl.to_numpy(x) for x in outputs_of(call, out)])
+        outputs = tuple(returned(impl, x, input_device) for x in outputs_of(call, out))
     except AnswerStillWritten as exc:
         return Broke(str(exc))
     except BaseException as exc:
         return raised(exc)
-    return Timed((readable,), (output,))
+    return Timed((readable,), outputs)
 
 
 def serve(conn: Connection, selector: str) -> None:

@@ -44,14 +44,17 @@ CROWDED = BenchShape("crowded", 1, 4, 4, 512, 512, 64, "a test's")
 UNBOUNDED = Machine("cpu", 1e18, 1e18, "a machine no call comes near")
 
 
-def bench(selector: str, shape: BenchShape = SMALL, rounds: int = 4, machine=UNBOUNDED, **switches):
+def bench(
+    selector: str, shape: BenchShape = SMALL, rounds: int = 4, machine=UNBOUNDED,
+    backward: bool = False, **switches,
+):  # fmt: skip
     """(the bench's result or the WrongAnswer it raised, what the implementation printed)."""
     [client] = open_clients([selector])
     try:
         try:
             outcome = bench_shape(
                 client, None, shape, "float32", machine, rounds=rounds, settle_seconds=0.01,
-                side_options=switches,
+                side_options=switches, backward=backward,
             )  # fmt: skip
         except WrongAnswer as exc:
             outcome = exc
@@ -188,6 +191,22 @@ def test_an_implementation_timed_against_itself_is_not_frozen_under_its_own_call
     assert all(side.credible for side in result.sides), [s.why_not for s in result.sides]
 
 
+def test_the_backward_is_timed_with_its_gradients_checked_and_a_wrong_one_is_not_timed():
+    """--backward times vjp, forward and backward, and checks its gradients as outputs are: a
+    backward that drops the keys of a last partial tile (Tk = 100) is not timed, one that does
+    not is, with FLOPs 3.5x the forward's."""
+    shape = BenchShape("partial", 1, 2, 2, 100, 100, 16, "a test's")
+    timed, _ = bench("tests.zoo.backward:flash_backward_from_the_lse", shape, backward=True)
+    assert not isinstance(timed, WrongAnswer), timed
+    assert timed.timed_pass == "forward+backward"
+    assert timed.subject.checked >= 2  # the first call and the last timed one
+    assert timed.subject.flops == call_flops(shape, causal=True, backward=True)
+    wrong, _ = bench("tests.zoo.backward:last_partial_tile_without_gradient", shape, backward=True)
+    assert isinstance(wrong, WrongAnswer), wrong
+    assert "dk is wrong in its first call" in str(wrong)
+    assert "forward and backward" in str(wrong)
+
+
 def test_a_time_below_the_roofline_is_not_credible_whatever_the_clocks_say():
     slow_machine = Machine("cpu", 1.0, 1.0, "a machine of one FLOP and one byte a second")
     result, _ = bench("tests.planted.clock:correct", machine=slow_machine)
@@ -211,6 +230,9 @@ def test_the_roofline_counts_the_flops_and_bytes_of_the_call():
     andrea = NAMED_SHAPES["andrea"]
     assert call_flops(andrea, causal=True) == 4 * 12 * 1024 * 1024 * 64 / 2
     assert call_bytes(andrea, "float32") == 4 * 4 * 12 * 1024 * 64
+    # forward and backward: 3.5x the FLOPs; q, k, v, dO read and dq, dk, dv written
+    assert call_flops(andrea, causal=True, backward=True) == 3.5 * 4 * 12 * 1024 * 1024 * 64 / 2
+    assert call_bytes(andrea, "float32", backward=True) == 7 * 4 * 12 * 1024 * 64
     decode = NAMED_SHAPES["llama3-8b-decode"]  # k and v of 8 heads of 4096 keys dominate
     assert call_bytes(decode, "bfloat16") == 2 * 16 * 128 * (2 * 32 * 1 + 2 * 8 * 4096)
     machine = Machine("cpu", 1e11, 1e10, "")

@@ -133,6 +133,12 @@ def add_bench_parser(commands) -> None:
         help=f"timed calls of each implementation per shape (default {DEFAULT_ROUNDS})",
     )
     bench.add_argument(
+        "--backward",
+        action="store_true",
+        help="time the forward and backward together (vjp; 3.5x the forward's FLOPs, as "
+        "FlashAttention counts), each side's gradients checked as outputs are",
+    )
+    bench.add_argument(
         "--warm",
         action="store_true",
         help="on a GPU, leave the L2 cache warm between calls (default: flushed)",
@@ -226,11 +232,18 @@ def plans_of(options: argparse.Namespace, gates: list[Gate]) -> list[Plan]:
     return [Plan(options.impl, baseline, shapes, options.dtype, options.max_ratio)]
 
 
-def refusal(client: ImplementationClient, shape: BenchShape, dtype: str) -> str | None:
-    """Why ``client`` cannot be timed at ``shape`` in ``dtype``, or None."""
+def refusal(
+    client: ImplementationClient, shape: BenchShape, dtype: str, backward: bool = False
+) -> str | None:
+    """Why ``client`` cannot be timed at ``shape`` in ``dtype`` (its backward too, with
+    ``backward``), or None."""
     caps = client.capabilities
     if client.unavailable_reason():
         return f"{client.name} cannot run here: {client.unavailable_reason()}"
+    if backward and not caps.autograd:
+        return f"{client.name} declares no backward (Capabilities.autograd)"
+    if backward and "page_size" in shape.keywords:
+        return f"{shape.name} reads a page pool, which no backward is asked to differentiate"
     if dtype not in caps.dtypes:
         return f"{client.name} does not declare {dtype} (it declares {', '.join(caps.dtypes)})"
     if not caps.supports_head_dim(shape.head_dim):
@@ -323,6 +336,7 @@ def run_bench(options: argparse.Namespace) -> BenchRun:
             raise BenchUsageError(f"--gates {options.gates}: {exc}") from None
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     paths = [*(getattr(options, "impl_path", None) or ()), os.getcwd()]
+    backward = getattr(options, "backward", False)
     setup = WorkerSetup(impl_paths=tuple(paths), budget_seconds=None)
     results: list[ShapeResult] = []
     problems: list[str] = []
@@ -350,8 +364,8 @@ def run_bench(options: argparse.Namespace) -> BenchRun:
                 machines[device, dtype] = machine_for(device, dtype)
             machine = machines[device, dtype]
             for shape in plan.shapes:
-                why = refusal(subject, shape, dtype)
-                baseline_why = baseline is not None and refusal(baseline, shape, dtype)
+                why = refusal(subject, shape, dtype, backward)
+                baseline_why = baseline is not None and refusal(baseline, shape, dtype, backward)
                 if not why and baseline_why:
                     other = "" if plan.gate_id else " (another: --baseline NAME, or none)"
                     why = f"{baseline_why}{other}"
@@ -362,6 +376,7 @@ def run_bench(options: argparse.Namespace) -> BenchRun:
                     result = bench_shape(
                         subject, baseline, shape, dtype, machine, rounds=options.rounds,
                         causal=plan.causal, warm=options.warm, max_ratio=plan.max_ratio,
+                        backward=backward,
                     )  # fmt: skip
                 except WrongAnswer as exc:
                     problems.append(f"{shape.name}: {exc}")
@@ -385,6 +400,7 @@ def run_bench(options: argparse.Namespace) -> BenchRun:
     settings = {
         "dtype": results[0].dtype if results else None,
         "causal": results[0].causal if results else None,
+        "pass": results[0].timed_pass if results else None,
         "rounds": options.rounds, "warm": options.warm, "settle_seconds": SETTLE_SECONDS,
         "check_share": CHECK_SHARE, "started": started,
     }  # fmt: skip

@@ -34,7 +34,7 @@ from conformance.bench.fairness import FREEZE, OFF, Quiet, unfair
 from conformance.bench.roofline import Machine, call_bytes, call_flops
 from conformance.bench.shapes import BenchShape
 from conformance.bench.timing import SETTLE_SECONDS
-from conformance.judge.tolerance import compare_to_oracle
+from conformance.judge.tolerance import compare_gradients, compare_to_oracle
 from conformance.run.worker_clients import ImplementationClient
 from impls.bench_inputs import fresh_inputs
 
@@ -75,6 +75,7 @@ class TimedSide:
     check_last: bool = True  # the last timed call's answer checked, whatever the draw
     judge_clock: bool = True
     fairness: str = FREEZE  # what the other sides' workers undergo while this one is timed
+    backward: bool = False  # time vjp, forward and backward, and check its gradients
     device_activity: DeviceActivity | None = None  # the GPU's samples, where it is one
     seconds: list[float] = field(default_factory=list)  # the worker's, timed calls only
     # the CPU each other side's worker ran during each of this side's timed calls, by name
@@ -97,7 +98,7 @@ class TimedSide:
         started = time.perf_counter()
         seconds, output = self.client.bench_call(
             seed, self.shape.dims, self.dtype, echo=echo, flush_cache=self.flush_cache,
-            causal=self.causal, **self.shape.keywords,
+            causal=self.causal, backward=self.backward and not echo, **self.shape.keywords,
         )  # fmt: skip
         return seconds, output, time.perf_counter() - started
 
@@ -117,7 +118,7 @@ class TimedSide:
         warm-up: it is not counted)."""
         seed = self._seed()
         _, output, _ = self._request(seed)
-        self.check(seed, output.array, HEADS_VALIDATED, "its first call, before any timing")
+        self.check(seed, output, HEADS_VALIDATED, "its first call, before any timing")
 
     def timed_call(self, others: list[ImplementationClient], last: bool = False) -> None:
         """One timed call, with ``others`` (the sides not timed) quiet as :attr:`fairness`
@@ -139,9 +140,15 @@ class TimedSide:
         # that returns garbage everywhere never escapes), the others by chance
         due = last and self.check_last
         if due or self.choices.random() < self.check_share:
-            self.check(seed, output.array, HEADS_CHECKED, f"timed call {len(self.seconds)}")
+            self.check(seed, output, HEADS_CHECKED, f"timed call {len(self.seconds)}")
 
-    def check(self, seed: int, out: np.ndarray, heads: int, which: str) -> None:
+    def check(self, seed: int, output, heads: int, which: str) -> None:
+        """The answer of the call drawn from ``seed`` against the oracle on ``heads`` (item,
+        head) pairs drawn now; the gradients, on as many (item, key/value head) groups."""
+        if self.backward:
+            self.check_gradients(seed, output, heads, which)
+            return
+        out = output.array
         q, k, v = fresh_inputs(seed, self.shape.dims, self.dtype)
         out = np.asarray(out, np.float64)
         expected = (self.shape.batch, self.shape.heads, self.shape.tq, self.shape.head_dim)
@@ -167,6 +174,42 @@ class TimedSide:
                     f"{self.client.name} is wrong in {which} (item {b}, head {h}), so it is not "
                     f"timed: {comparison.describe()} [{self.shape.describe()} {self.dtype}]"
                 )
+        self.checked += 1
+
+    def check_gradients(self, seed: int, grads, heads: int, which: str) -> None:
+        """dq, dk, dv of the vjp call drawn from ``seed``, each group of query heads with its
+        key/value head a backward of its own, against the float64 backward."""
+        q, k, v, grad_out = (x.astype(np.float64) for x in fresh_inputs(
+            seed, self.shape.dims, self.dtype, grad_out=True))  # fmt: skip
+        grads = [np.asarray(g.array, np.float64) for g in grads]
+        for got, want in zip(grads, (q, k, v), strict=True):
+            if got.shape != want.shape:
+                raise WrongAnswer(
+                    f"{self.client.name} returned gradients of shapes "
+                    f"{[g.shape for g in grads]} in {which}, but should return "
+                    f"{[x.shape for x in (q, k, v)]} [{self.shape.describe()}]"
+                )
+        group = self.shape.heads // self.shape.kv_heads
+        pairs = self.shape.batch * self.shape.kv_heads
+        variant = {n: v for n, v in self.shape.keywords.items() if n != "page_size"}
+        for index in self.choices.choice(pairs, size=min(heads, pairs), replace=False):
+            b, kv = divmod(int(index), self.shape.kv_heads)
+            heads_of = slice(kv * group, (kv + 1) * group)  # the group's query heads
+            one_group = (slice(b, b + 1), heads_of), (slice(b, b + 1), slice(kv, kv + 1))
+            inputs = [x[one_group[n]] for x, n in ((q, 0), (k, 1), (v, 1), (grad_out, 0))]
+            answer = {name: g[one_group[n]] for name, g, n in zip("qkv", grads, (0, 1, 1),
+                                                                   strict=True)}  # fmt: skip
+            comparisons = compare_gradients(
+                answer, *inputs, dtype=self.dtype, causal=self.causal, **variant
+            )
+            for name, comparison in comparisons.items():
+                self.worst_fraction = max(self.worst_fraction, comparison.budget_fraction)
+                if not comparison.ok:
+                    raise WrongAnswer(
+                        f"{self.client.name}'s {name} is wrong in {which} (item {b}, key/value "
+                        f"head {kv}), so it is not timed: {comparison.describe()} "
+                        f"[{self.shape.describe()} {self.dtype}, forward and backward]"
+                    )
         self.checked += 1
 
     def contradiction(self) -> str | None:
@@ -230,8 +273,8 @@ class SideResult:
 
 
 def side_result(side: TimedSide, machine: Machine) -> SideResult:
-    flops = call_flops(side.shape, side.causal)
-    bytes_moved = call_bytes(side.shape, side.dtype)
+    flops = call_flops(side.shape, side.causal, side.backward)
+    bytes_moved = call_bytes(side.shape, side.dtype, side.backward)
     bound = machine.bound_seconds(flops, bytes_moved)
     why_not = side.contradiction()
     median = statistics.median(side.seconds)
@@ -290,6 +333,11 @@ class ShapeResult:
     max_ratio: float | None
     verdict: str | None  # of the gate, where there is one
     machine: Machine  # the roofline it was judged by
+    backward: bool = False  # forward and backward (vjp) timed, not the forward alone
+
+    @property
+    def timed_pass(self) -> str:
+        return "forward+backward" if self.backward else "forward"
 
     @property
     def subject(self) -> SideResult:
@@ -309,6 +357,7 @@ def bench_shape(
     max_ratio: float | None = None,
     settle_seconds: float = SETTLE_SECONDS,
     side_options: dict | None = None,
+    backward: bool = False,
 ) -> ShapeResult:
     """Validate both sides at ``shape``, then time them in alternation, ``rounds`` calls each,
     each call after ``settle_seconds`` of quiet (a library's threads spinning down). Raises
@@ -319,7 +368,7 @@ def bench_shape(
     if len(clients) > 1 and any(client.device == "cuda" for client in clients):
         options.setdefault("device_activity", DeviceActivity.of_machine())
     sides = [
-        TimedSide(client, shape, dtype, causal, flush_cache=not warm, **options)
+        TimedSide(client, shape, dtype, causal, flush_cache=not warm, backward=backward, **options)
         for client in clients
     ]
     for side in sides:
@@ -340,4 +389,4 @@ def bench_shape(
         ratio = ratio_interval(results[0].seconds, results[1].seconds)
     if baseline is not None and max_ratio is not None:
         verdict = gate_verdict(ratio, max_ratio) if credible else NOT_CREDIBLE
-    return ShapeResult(shape, dtype, causal, results, ratio, max_ratio, verdict, machine)
+    return ShapeResult(shape, dtype, causal, results, ratio, max_ratio, verdict, machine, backward)

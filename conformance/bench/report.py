@@ -12,11 +12,12 @@ Schema ``attnspec-bench/1``::
       "machine": {"kind": "cpu" | GPU name, "flops_per_second": x, "bytes_per_second": x,
                   "source": "...",          # measured now (CPU) or rated (GPU), and how
                   "clocks": {...} | null},  # a GPU's clocks as nvidia-smi reported them
-      "settings": {"dtype": ..., "causal": true, "rounds": n, "warm": false,
-                   "settle_seconds": x, "check_share": x},
+      "settings": {"dtype": ..., "causal": true, "pass": "forward" | "forward+backward",
+                   "rounds": n, "warm": false, "settle_seconds": x, "check_share": x},
       "results": [
         {"shape": {"name": ..., "dims": [B, H, Hkv, Tq, Tk, D], "keywords": {...},
                    "source": "..."},
+         "pass": "forward" | "forward+backward",  # what was timed: attention, or vjp
          "implementations": [              # the subject first, then its baseline
            {"name": ..., "median_seconds": x, "min_seconds": x, "max_seconds": x,
             "seconds": [x, ...],           # the worker's, each timed call
@@ -86,8 +87,9 @@ def table_lines(results: list[ShapeResult]) -> list[str]:
     header = ("shape", "implementation", "median ms", "min-max ms", "throughput", "roofline", "")
     rows: list[tuple[str, ...]] = [header]
     for result in results:
+        label = result.shape.name + (" fwd+bwd" if result.backward else "")
         for n, side in enumerate(result.sides):
-            rows.append(side_row(result.shape.name if n == 0 else "", side))
+            rows.append(side_row(label if n == 0 else "", side))
         if len(result.sides) > 1:
             rows.append(ratio_row(result))
     return text_table(rows)
@@ -144,6 +146,7 @@ def build_json(
                     "keywords": r.shape.keywords,
                     "source": r.shape.source,
                 },
+                "pass": r.timed_pass,
                 "implementations": [side_json(side) for side in r.sides],
                 "ratio": None if r.ratio is None else vars(r.ratio),
                 "max_ratio": r.max_ratio,

@@ -54,16 +54,23 @@ class Machine:
         )
 
 
-def call_flops(shape, causal: bool) -> float:
-    return attention_flops(shape.batch, shape.heads, shape.tq, shape.tk, shape.head_dim, causal)
+# FlashAttention's convention for the backward: 5 matmuls to the forward's 2, 2.5x its FLOPs; a
+# forward and backward together (one vjp call, which recomputes the forward) 3.5x.
+FORWARD_AND_BACKWARD_FLOPS = 3.5
 
 
-def call_bytes(shape, dtype: str) -> float:
-    """q, k, v read once and the output written once: the least any kernel moves."""
-    elements = (
-        shape.batch * shape.head_dim * (2 * shape.heads * shape.tq + 2 * shape.kv_heads * shape.tk)
-    )
-    return float(elements * ITEM_SIZE[dtype])
+def call_flops(shape, causal: bool, backward: bool = False) -> float:
+    """The call's FLOPs: the forward's, or with ``backward`` the forward and backward's."""
+    flops = attention_flops(shape.batch, shape.heads, shape.tq, shape.tk, shape.head_dim, causal)
+    return flops * FORWARD_AND_BACKWARD_FLOPS if backward else flops
+
+
+def call_bytes(shape, dtype: str, backward: bool = False) -> float:
+    """q, k, v read once and the output written once: the least any kernel moves; with
+    ``backward``, q, k, v and dO read and dq, dk, dv written."""
+    query_rows, key_rows = shape.heads * shape.tq, shape.kv_heads * shape.tk
+    rows = 3 * query_rows + 4 * key_rows if backward else 2 * query_rows + 2 * key_rows
+    return float(shape.batch * shape.head_dim * rows * ITEM_SIZE[dtype])
 
 
 GEMM_SIZE = 1024

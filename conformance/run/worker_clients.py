@@ -434,13 +434,15 @@ class ImplementationClient:
 
     def bench_call(
         self, seed: int, dims: tuple, dtype: str, *, echo: bool = False, flush_cache: bool = True,
-        causal: bool = True, **variant,
-    ) -> tuple[float, OutputArray]:  # fmt: skip
+        causal: bool = True, backward: bool = False, **variant,
+    ) -> tuple[float, OutputArray | tuple[OutputArray, ...]]:  # fmt: skip
         """One timed call on inputs the worker draws from ``seed`` (impls.bench_inputs): the
-        worker's seconds and the answer (q itself, untimed, with ``echo``)."""
+        worker's seconds and the answer (q itself, untimed, with ``echo``); with ``backward``,
+        the vjp's, its gradients a tuple."""
+        backward_only = {"backward": True} if backward else {}  # a forward's call as it was
         return self.request(
             "bench_call", [], seed=seed, dims=tuple(dims), dtype=dtype, echo=echo,
-            flush_cache=flush_cache, causal=causal, scale=None, **variant,
+            flush_cache=flush_cache, causal=causal, scale=None, **backward_only, **variant,
         )  # fmt: skip
 
     def merge_states(self, outputs, lses):
@@ -582,9 +584,10 @@ class ImplementationClient:
         if isinstance(answer, Timed) != (op == "bench_call"):
             raise ImplementationBroke(f"{self.name}'s worker answered {op}() with a {answer}")
         if isinstance(answer, Timed):
-            if len(answer.seconds) != 1 or len(answer.outputs) != 1:
+            if len(answer.seconds) != 1 or not answer.outputs:
                 raise ImplementationBroke(f"{self.name}'s worker answered bench_call with {answer}")
-            return answer.seconds[0], answer.outputs[0]
+            outputs = answer.outputs
+            return answer.seconds[0], outputs[0] if len(outputs) == 1 else outputs
         return answer.outputs if len(answer.outputs) > 1 else answer.outputs[0]
 
     @staticmethod
