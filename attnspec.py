@@ -44,9 +44,13 @@ def shadowing() -> str | None:
 def main() -> int:
     """The ``attnspec`` command, with nothing of the directory it is run from importable: that is
     where a candidate kernel's files lie (a ``csv.py`` among them, say), and it reaches the
-    workers' ``sys.path`` alone, once they are confined (``--impl-path``)."""
+    workers' ``sys.path`` alone, once they are confined (``--impl-path``). Run from the suite's
+    own checkout (``python -m conformance``, nothing installed), that directory is the suite's:
+    it comes back at the end of the path, behind the standard library and what is installed."""
     here = os.getcwd()
     sys.path[:] = [p for p in sys.path if p not in ("", ".") and os.path.abspath(p) != here]
+    if str(HOME) == os.path.realpath(here):
+        sys.path.append(here)
     problem = shadowing()
     if problem:
         print(problem, file=sys.stderr)

@@ -251,6 +251,10 @@ def confine(
                 _allow(libc, ruleset, path, handled, handled)
         for device in Path("/dev").glob("nvidia[0-9]*"):
             _allow(libc, ruleset, str(device), READ_FILE | WRITE_FILE, handled)
+        # The CUDA driver writes to the process's own /proc entries as it starts: without this,
+        # cudaGetDeviceCount fails with cudaErrorOperatingSystem (an H200, driver 580, seen
+        # through a worker of each confinement step); /proc/self is this worker's own.
+        _allow(libc, ruleset, "/proc/self", READ | WRITE_FILE | TRUNCATE, handled)
         if libc.syscall(LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
             raise OSError(ctypes.get_errno(), "landlock_restrict_self")
     finally:

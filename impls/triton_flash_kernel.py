@@ -31,7 +31,7 @@ def attention_forward(
     stride_o_t,
     D, DV,
     D_PAD: tl.constexpr, DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     block = tl.program_id(0)
     bh = tl.program_id(1)
@@ -55,7 +55,7 @@ def attention_forward(
             mask=(cols[:, None] < TK) & (d[None, :] < D),
             other=0.0,
         )
-        scores = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) * scale
         visible = cols[None, :] < TK
         if CAUSAL:
             visible = visible & (cols[None, :] <= rows[:, None] + OFFSET)
@@ -71,7 +71,9 @@ def attention_forward(
             mask=(cols[:, None] < TK) & (dv[None, :] < DV),
             other=0.0,
         )
-        acc = acc * correction[:, None] + tl.dot(probs.to(v.dtype), v).to(tl.float32)
+        acc = acc * correction[:, None] + tl.dot(
+            probs.to(v.dtype), v, input_precision=PRECISION
+        ).to(tl.float32)
         running_max = new_max
     out = acc / running_sum[:, None]
     tl.store(
@@ -83,10 +85,12 @@ def attention_forward(
 
 
 @triton.jit
-def recomputed_probs(q, k, lse, rows, cols, scale, TQ, TK, OFFSET, CAUSAL: tl.constexpr):
+def recomputed_probs(
+    q, k, lse, rows, cols, scale, TQ, TK, OFFSET, CAUSAL: tl.constexpr, PRECISION: tl.constexpr
+):
     """(BLOCK_M, BLOCK_N) P = exp(q k^T scale - lse) of one query block and key tile, 0 where
     the forward hid the key and on the block's padded rows."""
-    scores = tl.dot(q, tl.trans(k)).to(tl.float32) * scale
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) * scale
     visible = (cols[None, :] < TK) & (rows[:, None] < TQ)
     if CAUSAL:
         visible = visible & (cols[None, :] <= rows[:, None] + OFFSET)
@@ -101,7 +105,7 @@ def attention_backward_dk_dv(
     stride_o_t,
     D, DV,
     D_PAD: tl.constexpr, DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     tile = tl.program_id(0)
     bh = tl.program_id(1)
@@ -126,11 +130,16 @@ def attention_backward_dk_dv(
         )  # fmt: skip
         lse = tl.load(Lse + bh * TQ + rows, mask=rows < TQ, other=0.0)
         delta = tl.load(Delta + bh * TQ + rows, mask=rows < TQ, other=0.0)
-        probs = recomputed_probs(q, k, lse, rows, cols, scale, TQ, TK, OFFSET, CAUSAL)
-        grad_v += tl.dot(tl.trans(probs).to(grad_out.dtype), grad_out).to(tl.float32)
-        grad_probs = tl.dot(grad_out, tl.trans(v)).to(tl.float32)
+        probs = recomputed_probs(q, k, lse, rows, cols, scale, TQ, TK, OFFSET, CAUSAL, PRECISION)
+        grad_v += tl.dot(
+            tl.trans(probs).to(grad_out.dtype), grad_out, input_precision=PRECISION
+        ).to(tl.float32)
+        grad_probs = tl.dot(grad_out, tl.trans(v), input_precision=PRECISION).to(tl.float32)
         grad_scores = probs * (grad_probs - delta[:, None])
-        grad_k += tl.dot(tl.trans(grad_scores).to(q.dtype), q).to(tl.float32) * scale
+        grad_k += (
+            tl.dot(tl.trans(grad_scores).to(q.dtype), q, input_precision=PRECISION).to(tl.float32)
+            * scale
+        )
     tl.store(
         GradK + bh * stride_k_bh + cols[:, None] * stride_k_t + d[None, :],
         grad_k.to(GradK.dtype.element_ty),
@@ -151,7 +160,7 @@ def attention_backward_dq(
     stride_o_t,
     D, DV,
     D_PAD: tl.constexpr, DV_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     block = tl.program_id(0)
     bh = tl.program_id(1)
@@ -172,15 +181,24 @@ def attention_backward_dq(
                     mask=(cols[:, None] < TK) & (d[None, :] < D), other=0.0)  # fmt: skip
         v = tl.load(V + bh * stride_v_bh + cols[:, None] * stride_v_t + dv[None, :],
                     mask=(cols[:, None] < TK) & (dv[None, :] < DV), other=0.0)  # fmt: skip
-        probs = recomputed_probs(q, k, lse, rows, cols, scale, TQ, TK, OFFSET, CAUSAL)
-        grad_probs = tl.dot(grad_out, tl.trans(v)).to(tl.float32)
+        probs = recomputed_probs(q, k, lse, rows, cols, scale, TQ, TK, OFFSET, CAUSAL, PRECISION)
+        grad_probs = tl.dot(grad_out, tl.trans(v), input_precision=PRECISION).to(tl.float32)
         grad_scores = probs * (grad_probs - delta[:, None])
-        grad_q += tl.dot(grad_scores.to(k.dtype), k).to(tl.float32) * scale
+        grad_q += (
+            tl.dot(grad_scores.to(k.dtype), k, input_precision=PRECISION).to(tl.float32) * scale
+        )
     tl.store(
         GradQ + bh * stride_q_bh + rows[:, None] * stride_q_t + d[None, :],
         grad_q.to(GradQ.dtype.element_ty),
         mask=(rows[:, None] < TQ) & (d[None, :] < D),
     )
+
+
+def precision(q) -> str:
+    """tl.dot's input precision: float32 multiplied as float32 ("ieee"), where the default on a
+    GPU rounds its operands to TF32 (10 mantissa bits: 2e-3 relative, hundreds of times the
+    budget); 16-bit inputs as they are."""
+    return "ieee" if q.dtype.itemsize == 4 else "tf32"
 
 
 def padded(dim: int) -> int:
@@ -206,6 +224,7 @@ def launch(q, k, v, out, lse, *, scale: float, causal: bool) -> None:
         o3.stride(0), o3.stride(1),
         d, dv,
         D_PAD=padded(d), DV_PAD=padded(dv), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, CAUSAL=causal,
+        PRECISION=precision(q),
     )  # fmt: skip
 
 
@@ -216,7 +235,7 @@ def launch_backward(q, k, v, grad_out, lse, delta, grads, *, scale: float, causa
     tk, dv = k.shape[-2], v.shape[-1]
     q3, k3, v3, o3, dq3, dk3, dv3 = as_rows(q, k, v, grad_out, *grads)
     shared = dict(D_PAD=padded(d), DV_PAD=padded(dv), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                  CAUSAL=causal)  # fmt: skip
+                  CAUSAL=causal, PRECISION=precision(q))  # fmt: skip
     strides = (q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), v3.stride(0),
                v3.stride(1), o3.stride(0), o3.stride(1))  # fmt: skip
     attention_backward_dk_dv[(triton.cdiv(tk, BLOCK_N), batch * heads)](

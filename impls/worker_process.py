@@ -302,9 +302,11 @@ def bench_call(
     The timed window ends when the answer can be read: on the CPU after to_numpy (an answer
     computed lazily is computed inside it), on a GPU at a CUDA event after the kernel, the
     device then synchronised, with the L2 cache flushed before it unless ``flush_cache`` is
-    False. ``echo``: no call; q comes back as the output, which measures everything but the
-    call (the line, the draw, the layout, the way back) for the judge. ``backward``: the call
-    is vjp, forward and backward, on a dO drawn from the same seed; its gradients come back."""
+    False. ``echo``: no call, the inputs come back as its outputs (q; q, k and v for a vjp),
+    which measures everything but the call for the judge: the line, the draw, the layout, the
+    clock's own work (on a GPU the L2 flush, the synchronisations, the answer's fingerprints)
+    and the way back. ``backward``: the call is vjp, forward and backward, on a dO drawn from
+    the same seed; its gradients come back."""
     drawn = fresh_inputs(seed, dims, dtype, grad_out=backward)
     arrays = tuple(InputArray(x, dtype) for x in drawn)
     call = Call("vjp" if backward else "attention", arrays, keywords)
@@ -313,11 +315,12 @@ def bench_call(
     try:
         natives = laid_out(impl, call.arrays, "contiguous")
         input_device = impl.device_of(natives[0])
-        if echo:
-            return Timed((0.0,), (returned(impl, natives[0], input_device),))
         clock = DeviceClock.of(impl, flush_cache)
         clock.start()
-        out = getattr(impl, call.op)(*natives, **call.keywords)
+        if echo:  # the inputs, as many as the call's outputs, in the call's place
+            out = tuple(natives[:3]) if backward else natives[0]
+        else:
+            out = getattr(impl, call.op)(*natives, **call.keywords)
         readable = clock.stop(lambda: [impl.to_numpy(x) for x in outputs_of(call, out)])
         outputs = tuple(returned(impl, x, input_device) for x in outputs_of(call, out))
     except AnswerStillWritten as exc:

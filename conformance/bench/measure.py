@@ -98,12 +98,13 @@ class TimedSide:
         started = time.perf_counter()
         seconds, output = self.client.bench_call(
             seed, self.shape.dims, self.dtype, echo=echo, flush_cache=self.flush_cache,
-            causal=self.causal, backward=self.backward and not echo, **self.shape.keywords,
+            causal=self.causal, backward=self.backward, **self.shape.keywords,
         )  # fmt: skip
         return seconds, output, time.perf_counter() - started
 
     def probe_line(self, probes: int = 1) -> None:
-        """The line's cost: requests that draw and lay out the inputs and send q back, no call.
+        """The line's cost: requests that draw and lay out the inputs, run the clock around no
+        call, and send the inputs back.
         One follows each timed call, so that the cost is measured under the load the call met
         (two processes on two cores make it vary by tens of milliseconds)."""
         for _ in range(probes):
