@@ -50,7 +50,7 @@ _REQUIRED = ("id", "level", "section", "group", "statement", "checked_on")
 _OPTIONAL = ("follows_from", "erratum", "refines")
 _EXTENSION_FIELDS = ("convention", "capability")  # required in extension sections, else refused
 # What an extension claim may need declared: a feature, or nothing
-CAPABILITIES = (*FEATURE_NAMES, NO_FEATURE)
+CAPABILITIES = (*FEATURE_NAMES, "autograd", NO_FEATURE)
 
 
 class CatalogueError(ValueError):
