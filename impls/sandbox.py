@@ -8,7 +8,8 @@ maintained Python binding covers its scopes (ABI 6), and the calls are three. Th
   ``sys.path``, the system's libraries, ``/etc``, ``/proc``, ``/sys``, ``/dev``); everything else
   (``/tmp``, where the run's truth and reports lie, HOME, the other users' files) is out of sight;
 - writes only beneath its own scratch directory (its TMPDIR and every compile cache), to
-  ``/dev/null`` and ``/dev/shm``, and the GPU device nodes;
+  ``/dev/null`` and ``/dev/shm``, the GPU device nodes, and its own ``/proc/self`` entries (the
+  CUDA driver writes there as it starts; without them no worker reaches a GPU);
 - signals, and connects to abstract Unix sockets of, nothing outside its own domain (ABI 6), and
   may ptrace only its own descendants, which Landlock enforces with any ABI;
 - runs without the capabilities root has, and with no_new_privs, so that no exec regains them;

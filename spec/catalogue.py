@@ -49,8 +49,10 @@ GROUPS = (
 _REQUIRED = ("id", "level", "section", "group", "statement", "checked_on")
 _OPTIONAL = ("follows_from", "erratum", "refines")
 _EXTENSION_FIELDS = ("convention", "capability")  # required in extension sections, else refused
-# What an extension claim may need declared: a feature, or nothing
-CAPABILITIES = (*FEATURE_NAMES, "autograd", NO_FEATURE)
+# What an extension claim may need declared: a feature, a backward (Capabilities.autograd), or
+# nothing
+BACKWARD = "autograd"
+CAPABILITIES = (*FEATURE_NAMES, BACKWARD, NO_FEATURE)
 
 
 class CatalogueError(ValueError):

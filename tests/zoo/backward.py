@@ -137,6 +137,11 @@ def backward(q, k, v, grad_out, *, causal=True, scale=None, sinks=None, key_leng
         grad_scores *= 1 - (capped / dtype.type(softcap)) ** 2
     scale = dtype.type(resolve_scale(scale, q.shape[-1]))
     grad_q = scale * grad_scores @ keys
+    if bug == "random-order":  # dq's key tiles summed as they finish: in a new order each call
+        grad_q = np.zeros_like(grad_q)
+        for start in np.random.default_rng().permutation(range(0, k.shape[-2], 16)):
+            tile = slice(start, start + 16)
+            grad_q += scale * grad_scores[..., tile] @ keys[..., tile, :]
     grad_keys = scale * grad_scores.swapaxes(-1, -2) @ q
     if bug == "last-tile":  # the key loop over whole tiles only
         whole = k.shape[-2] // TILE * TILE
@@ -279,6 +284,14 @@ def packed_backward_reads_across(q, k, v, *, causal=True, scale=None, cu_seqlens
 def last_partial_tile_without_gradient(q, k, v, *, causal=True, scale=None):
     """The backward's key loop over whole tiles of 64: keys of a last partial tile get no dk or
     dv (FlashAttention #334). Right whenever Tk is a multiple of 64."""
+    return forward(q, k, v, causal=causal, scale=scale)
+
+
+@mutant("backward", "GRAD-DETERMINISM")
+@with_backward(bug="random-order")
+def backward_tiles_summed_as_they_finish(q, k, v, *, causal=True, scale=None):
+    """dq accumulated over key tiles in the order they finish, as atomics add them: right to
+    rounding, and not the same bits twice (FlashAttention #414, #988)."""
     return forward(q, k, v, causal=causal, scale=scale)
 
 
