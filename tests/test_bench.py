@@ -289,7 +289,11 @@ def test_a_sweep_times_each_length_and_plots_throughput_against_it(tmp_path):
     run = attnspec("bench", "--impl", "numpy", "--baseline", "none", "--shape", "1,2,2,64,64,16",
                    "--sweep", "T=32,64", "--rounds", "3", "--plot", str(png),
                    "--report-html", str(page))  # fmt: skip
-    assert run.returncode == EXIT_PASSES, run.stdout + run.stderr
+    # Sub-millisecond calls: on a loaded machine the judge's clock may call one not credible,
+    # which the table says and the status counts; the sweep and its plot are this test's
+    problems = [line for line in run.stdout.splitlines() if line.startswith("attnspec bench: 1,")]
+    assert all("timing not credible" in line for line in problems), run.stdout + run.stderr
+    assert run.returncode == (EXIT_FAILS if problems else EXIT_PASSES), run.stdout + run.stderr
     assert "torch_sdpa" not in run.stdout  # --baseline none: no baseline opened
     assert [line.split()[0] for line in run.stdout.splitlines() if "@T=" in line] == [
         "1,2,2,64,64,16@T=32", "1,2,2,64,64,16@T=64",
