@@ -287,7 +287,7 @@ def last_partial_tile_without_gradient(q, k, v, *, causal=True, scale=None):
     return forward(q, k, v, causal=causal, scale=scale)
 
 
-@mutant("backward", "GRAD-DETERMINISM")
+@mutant("tiling", "GRAD-DETERMINISM")
 @with_backward(bug="random-order")
 def backward_tiles_summed_as_they_finish(q, k, v, *, causal=True, scale=None):
     """dq accumulated over key tiles in the order they finish, as atomics add them: right to
