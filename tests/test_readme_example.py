@@ -11,34 +11,25 @@ from tests.suite_process import ROOT
 PLANTED = "tests.planted.plain"
 
 
-def readme_example() -> str:
-    section = (
-        (ROOT / "README.md")
-        .read_text(encoding="utf-8")
-        .split("## Validate your own implementation in five lines", 1)[1]
-    )
+def first_python_block(heading: str) -> str:
+    """The first ```python block of the README after ``heading``."""
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split(heading, 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+
+
+def readme_example() -> str:
+    return first_python_block("## Validate your own implementation in five lines")
 
 
 def readme_extension_example() -> str:
     """The extension section's example: the five-line callable with a softcap, importing what
     the five-line one does."""
-    section = (
-        (ROOT / "README.md")
-        .read_text(encoding="utf-8")
-        .split("## Attention as kernels ship it: the extensions", 1)[1]
-    )
-    body = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    body = first_python_block("## Attention as kernels ship it: the extensions")
     return "import numpy as np\n\n\n" + body
 
 
 def readme_backward_example() -> str:
-    section = (
-        (ROOT / "README.md")
-        .read_text(encoding="utf-8")
-        .split("## The backward: gradients of every feature", 1)[1]
-    )
-    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    return first_python_block("## The backward: gradients of every feature")
 
 
 ROW_TERM = "- (grad_out * (p @ v)).sum(-1, keepdims=True)"
