@@ -12,6 +12,7 @@ from typing import Any
 
 from spec.dtypes import check_dtype
 from spec.features import FEATURES
+from spec.fp8 import FP8_CONVENTIONS, FP8_FORMATS, KV_SCALE_GRANULARITIES, P_ROUNDINGS
 
 # Where widely used kernels disagree on purpose, the contract names the conventions and accepts
 # each; an implementation may declare the one it follows (Capabilities.conventions), and the
@@ -131,6 +132,16 @@ class Capabilities:
     page_sizes: tuple[int, ...] | None = None
     # LAYOUTS it computes right; one left out must compute right or raise a clear error
     layouts: tuple[str, ...] = ("contiguous",)
+    # FP8 inputs with their scales (spec.fp8): the conventions it takes (FP8_CONVENTIONS), the
+    # formats its FP8 operands may have (FP8_FORMATS), the key/value cache's scale granularities
+    # (KV_SCALE_GRANULARITIES), where it rounds P (P_ROUNDINGS), and the dtype of its output
+    # under FlashAttention 3's descale convention (the kv_scale convention's is q's)
+    fp8: bool = False
+    fp8_conventions: tuple[str, ...] = ("descale", "kv_scale")
+    fp8_formats: tuple[str, ...] = ("float8_e4m3fn",)
+    fp8_kv_scales: tuple[str, ...] = tuple(KV_SCALE_GRANULARITIES)
+    fp8_p: str = "float32"
+    fp8_output: str = "bfloat16"
 
     def __post_init__(self) -> None:
         if not self.dtypes:
@@ -173,11 +184,31 @@ class Capabilities:
                 f"Capabilities.page_sizes={self.page_sizes!r}, but should be None (any) or "
                 "positive integers"
             )
+        self.check_fp8()
         unknown = [layout for layout in self.layouts if layout not in LAYOUTS]
         if unknown or "contiguous" not in self.layouts:
             raise ValueError(
                 f"Capabilities.layouts={self.layouts!r}, but should include 'contiguous' and name "
                 "only " + ", ".join(LAYOUTS)
+            )
+
+    def check_fp8(self) -> None:
+        for field, values, vocabulary in (
+            ("fp8_conventions", self.fp8_conventions, FP8_CONVENTIONS),
+            ("fp8_formats", self.fp8_formats, FP8_FORMATS),
+            ("fp8_kv_scales", self.fp8_kv_scales, KV_SCALE_GRANULARITIES),
+            ("fp8_p", (self.fp8_p,), P_ROUNDINGS),
+        ):
+            if (self.fp8 and not values) or any(value not in vocabulary for value in values):
+                raise ValueError(
+                    f"Capabilities.{field}={getattr(self, field)!r}, but should name "
+                    + ("at least one of " if isinstance(getattr(self, field), tuple) else "one of ")
+                    + ", ".join(vocabulary)
+                )
+        if self.fp8_output not in ("float32", "float16", "bfloat16"):
+            raise ValueError(
+                f"Capabilities.fp8_output={self.fp8_output!r}, but should be one of float32, "
+                "float16, bfloat16"
             )
 
     def declares(self, feature: str) -> bool:
@@ -219,6 +250,11 @@ class Capabilities:
             text += f"; lse base {self.lse_base}" + (", merge_states" if self.merges_states else "")
         if self.key_lengths or self.packed:
             text += f"; empty rows {self.empty_rows}"
+        if self.fp8:
+            text += (
+                f"; fp8 {','.join(self.fp8_conventions)} in {','.join(self.fp8_formats)}, "
+                f"P in {self.fp8_p}"
+            )
         if self.paged and self.page_sizes is not None:
             text += "; page sizes " + ",".join(map(str, self.page_sizes))
         if self.conventions == RAISES_ON_ALL:

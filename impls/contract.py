@@ -49,6 +49,9 @@ from impls.validation import AttentionInputError, validate_inputs
 from spec.dtypes import DTYPES, numpy_storage
 from spec.features import FEATURES
 from spec.formula import causal_mask, each_item_or_sequence, resolve_scale
+from spec.fp8 import FP8_FORMATS
+from spec.fp8 import SCALE_KEYWORDS as FP8_SCALE_KEYWORDS
+from spec.fp8 import numpy_dtype as fp8_numpy_dtype
 
 PLAIN_SIGNATURE = "fn(q, k, v, *, causal=True, scale=None) -> numpy.ndarray"
 
@@ -189,6 +192,8 @@ class NumpyArrays:
     def from_numpy(self, array: np.ndarray, dtype: str) -> np.ndarray:
         if dtype == "bfloat16":
             raise ContractViolation("NumPy has no bfloat16 dtype")
+        if dtype in FP8_FORMATS:  # the values are exact in the format: the cast only stores them
+            return np.ascontiguousarray(array, dtype=fp8_numpy_dtype(dtype))
         return np.ascontiguousarray(array, dtype=numpy_storage(dtype))
 
     def to_numpy(self, native: Any) -> np.ndarray:
@@ -269,6 +274,7 @@ class PlainCallable(NumpyArrays, Implementation):
             page_sizes=None if getattr(fn, "page_sizes", None) is None else tuple(fn.page_sizes),
             # its backward: an attribute, as fn.vjp = my_backward (Implementation.vjp's contract)
             autograd=callable(getattr(fn, "vjp", None)),
+            **fp8_declaration(fn, accepted),
         )
 
     def version(self) -> str:
@@ -294,6 +300,24 @@ class PlainCallable(NumpyArrays, Implementation):
         if k.shape[-3] != q.shape[-3] and self.capabilities.gqa:
             return {**variant, "enable_gqa": True}
         return variant
+
+
+def fp8_declaration(fn: Callable, accepted: set[str]) -> dict:
+    """A plain callable's FP8 declaration: a convention by accepting its scales' keywords
+    (q_descale, k_descale, v_descale; k_scale, v_scale), the rest as attributes, as in
+    fn.fp8_formats = ("float8_e4m3fn",), fn.fp8_p = "e4m3_offset8", fn.fp8_output = "float32",
+    fn.fp8_kv_scales = ("kv_head",); their defaults are Capabilities'."""
+    conventions = tuple(
+        convention
+        for convention, keywords in FP8_SCALE_KEYWORDS.items()
+        if all(keyword in accepted for keyword in keywords)
+    )
+    if not conventions:
+        return {}
+    attributes = ("fp8_formats", "fp8_kv_scales", "fp8_p", "fp8_output")
+    declared = {name: getattr(fn, name) for name in attributes if hasattr(fn, name)}
+    declared = {n: tuple(v) if isinstance(v, list | tuple) else v for n, v in declared.items()}
+    return {"fp8": True, "fp8_conventions": conventions, **declared}
 
 
 def accepted_keywords(fn: Callable) -> set[str]:

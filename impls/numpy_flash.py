@@ -37,6 +37,7 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
+from impls.numpy_fp8 import flash3_attention, is_fp8_call
 from spec.formula import merge_states
 
 BLOCK_M = 64  # query rows per block: 4 warps x 16 rows in the tensor-core kernel
@@ -142,10 +143,14 @@ def attention_over_tiles(
     softcap: float | None = None,
     alibi_slopes=None,
     sinks=None,
+    rounded_weights=None,
 ):
-    """:func:`tiled_attention` over the keys of a :class:`DenseKeys` or :class:`PagedKeys`."""
+    """:func:`tiled_attention` over the keys of a :class:`DenseKeys` or :class:`PagedKeys`.
+    ``scale`` may be an array that broadcasts against the scores, (B, H, 1, 1): an FP8 call's
+    scales per head join it; ``rounded_weights``, where set, rounds each tile's weights before
+    their product with V (an FP8 kernel's P), their sum taken before it."""
     dtype = q.dtype
-    scale = dtype.type(scale)
+    scale = np.asarray(scale, dtype)
     tq, tk = q.shape[-2], keys.length
     offset = tk - tq
     out = np.empty((*q.shape[:-1], keys.value_dim), dtype=dtype)  # (B, H, Tq, Dv)
@@ -185,6 +190,8 @@ def attention_over_tiles(
             correction = np.exp(running_max - shift)  # (B, H, bm); exp(-inf) = 0 on first tile
             probs = np.exp(scores - shift[..., None])  # (B, H, bm, bn)
             running_sum = running_sum * correction + probs.sum(axis=-1)
+            if rounded_weights is not None:
+                probs = rounded_weights(probs)
             acc = acc * correction[..., None] + probs @ v_tile
             running_max = new_max
         lse[..., block_start:block_stop] = running_max + np.log(running_sum)
@@ -294,6 +301,11 @@ class NumpyFlash(NumpyArrays, Implementation):
         autograd=True,  # FlashAttention 2's backward, in the same tiling (tiled_backward)
         conventions=RAISES_ON_ALL,
         **EVERY_EXTENSION,
+        # FP8 as FlashAttention 3 computes it (impls.numpy_fp8.flash3_attention)
+        fp8=True,
+        fp8_formats=("float8_e4m3fn", "float8_e5m2"),
+        fp8_p="e4m3_offset8",
+        fp8_output="bfloat16",
     )
 
     def vjp(self, q, k, v, grad_out, *, causal=True, scale=None, grad_lse=None, **variant):
@@ -333,6 +345,13 @@ class NumpyFlash(NumpyArrays, Implementation):
     def attention(
         self, q, k, v, *, causal=True, scale=None, window=None, return_lse=False, **variant
     ):
+        if is_fp8_call(q, k, v, variant):
+            extras = {"window": window, "return_lse": return_lse or None}
+            extras = {name: value for name, value in extras.items() if value is not None}
+            return flash3_attention(
+                q, k, v, capabilities=self.capabilities, causal=causal, scale=scale,
+                tiled_attention=tiled_attention, **extras, **variant,
+            )  # fmt: skip
         block_table = variant.pop("block_table", None)
         page_size = variant.pop("page_size", None)
         validate_inputs(

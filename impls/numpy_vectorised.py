@@ -38,6 +38,7 @@ from impls.contract import (
     validate_inputs,
 )
 from impls.machine import usable_cores
+from impls.numpy_fp8 import dequantized_attention, is_fp8_call
 from spec.formula import repeat_kv_heads
 
 try:
@@ -74,11 +75,21 @@ class NumpyVectorised(NumpyArrays, Implementation):
         conventions=RAISES_ON_ALL,
         # every layout: reshape copies what is not contiguous
         **every_extension_but(*SCORE_FEATURES, *STATE_FEATURES),
+        # FP8 dequantized first: the reference's arithmetic in float32 (impls.numpy_fp8)
+        fp8=True,
+        fp8_formats=("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"),
+        fp8_p="float32",
+        fp8_output="float32",
     )
 
     def attention(
         self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **packing
     ):
+        if is_fp8_call(q, k, v, packing):
+            extras = {"window": window, "key_lengths": key_lengths}
+            extras = {name: value for name, value in extras.items() if value is not None}
+            return dequantized_attention(self, q, k, v, causal=causal, scale=scale,
+                                         **extras, **packing)  # fmt: skip
         variant = dict(window=window, key_lengths=key_lengths)
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
         self.check_float_dtype(q)

@@ -45,14 +45,16 @@ GROUPS = (
     "modifiers",
     "states",
     "gradients",
+    "fp8",
 )
 _REQUIRED = ("id", "level", "section", "group", "statement", "checked_on")
 _OPTIONAL = ("follows_from", "erratum", "refines")
 _EXTENSION_FIELDS = ("convention", "capability")  # required in extension sections, else refused
-# What an extension claim may need declared: a feature, a backward (Capabilities.autograd), or
-# nothing
+# What an extension claim may need declared: a feature, a backward (Capabilities.autograd), FP8
+# inputs (Capabilities.fp8), or nothing
 BACKWARD = "autograd"
-CAPABILITIES = (*FEATURE_NAMES, BACKWARD, NO_FEATURE)
+FP8 = "fp8"
+CAPABILITIES = (*FEATURE_NAMES, BACKWARD, FP8, NO_FEATURE)
 
 
 class CatalogueError(ValueError):

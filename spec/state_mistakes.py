@@ -19,6 +19,7 @@ from functools import cached_property
 import numpy as np
 
 from spec.formula import reference_log_sum_exp, reference_masked_scores
+from spec.fp8_mistakes import FP8_MISTAKES
 from spec.gradient_mistakes import GRADIENT_MISTAKES
 from spec.mistakes import MISTAKES
 
@@ -215,12 +216,13 @@ def find_state_mistake(name: str) -> StateMistake:
 
 
 def find_any_mistake(name: str):
-    """The output mistake (spec.mistakes), state mistake or backward's mistake
-    (spec.gradient_mistakes) called ``name``, or a ValueError naming every known one."""
-    for catalogue in (MISTAKES, STATE_MISTAKES, GRADIENT_MISTAKES):
+    """The output mistake (spec.mistakes), state mistake, backward's mistake
+    (spec.gradient_mistakes) or FP8 mistake (spec.fp8_mistakes) called ``name``, or a ValueError
+    naming every known one."""
+    for catalogue in (MISTAKES, STATE_MISTAKES, GRADIENT_MISTAKES, FP8_MISTAKES):
         if name in catalogue:
             return catalogue[name]
     raise ValueError(
         f"mistake {name!r}, but should be one of "
-        + ", ".join([*MISTAKES, *STATE_MISTAKES, *GRADIENT_MISTAKES])
+        + ", ".join([*MISTAKES, *STATE_MISTAKES, *GRADIENT_MISTAKES, *FP8_MISTAKES])
     )

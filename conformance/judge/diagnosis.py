@@ -22,6 +22,7 @@ import numpy as np
 from conformance.judge.tolerance import Comparison, compare_to_oracle, describe_fraction
 from conformance.judge.truth import CaseTruth, largest_finite
 from spec.dtypes import UNIT_ROUNDOFF
+from spec.fp8_mistakes import FP8_MISTAKES, Fp8Call
 from spec.gradient_mistakes import GRADIENT_MISTAKES, GradientCall
 from spec.mistakes import MISTAKES, Call, mistakes_showing_in
 from spec.state_mistakes import STATE_MISTAKES, LseCall, MergeCall, find_any_mistake
@@ -124,28 +125,43 @@ def diagnose_lse(lse, call: LseCall, *, case, comparison: Comparison) -> dict:
     """The finding of a failing log-sum-exp (natural base, as compared) of ``call``: the state
     mistakes of the log-sum-exp whose variant it matches within the budget it failed against.
     The output's mistakes are not judged on it: neither matched nor refuted."""
+    mistakes = [m for m in STATE_MISTAKES.values() if m.of == "lse"]
+    matched, refuted = matched_and_refuted(lse, call.truth, comparison.allowed, mistakes, call)
+    # (B, H, Tq) as a one-column output, for the localisation
+    return finding_of(
+        lse[..., None], call.truth[..., None], case, comparison, matched=matched, refuted=refuted
+    )
+
+
+def diagnose_fp8(out, call: Fp8Call, *, truth, case, comparison: Comparison) -> dict:
+    """The finding of a failing FP8 output: the FP8 mistakes (spec.fp8_mistakes), each in the
+    arithmetic the implementation declares, whose variant it matches within its budget."""
+    mistakes = FP8_MISTAKES.values()
+    matched, refuted = matched_and_refuted(out, truth, comparison.allowed, mistakes, call)
+    return finding_of(out, truth, case, comparison, matched=matched, refuted=refuted)
+
+
+def matched_and_refuted(answer, truth, allowed: float, mistakes, call) -> tuple[dict, list]:
+    """({mistake: fraction of its budget} for the ``mistakes`` whose variant of ``call``
+    ``answer`` matches within ``allowed``, [the others]). The budget scales to the variant's
+    size, as an output's does (variant_budget): a variant several times the truth rounds at its
+    own size; a variant that gives the truth here, which the answer is not, is refuted."""
     matched, refuted = {}, []
-    for mistake in (m for m in STATE_MISTAKES.values() if m.of == "lse"):
+    for mistake in mistakes:
         if not mistake.shows(call):
             refuted.append(mistake.name)
             continue
         with np.errstate(all="ignore"):
             variant = mistake.variant(call)
-        error = largest(mismatch(lse, variant))
-        # the budget scaled to the variant's size, as an output's (variant_budget): the unscaled
-        # scores' lse is several times the truth's, and so is its rounding
-        size = max(1.0, largest_finite(variant) / max(largest_finite(call.truth), 1e-300))
-        allowed = comparison.allowed * size
-        if largest(mismatch(variant, call.truth)) <= comparison.allowed:
-            refuted.append(mistake.name)  # it gives the truth here, which the lse is not
-        elif error <= allowed:
-            matched[mistake.name] = error / allowed if allowed else 0.0
+        error = largest(mismatch(answer, variant))
+        size = max(1.0, largest_finite(variant) / max(largest_finite(truth), 1e-300))
+        if largest(mismatch(variant, truth)) <= allowed:
+            refuted.append(mistake.name)
+        elif error <= allowed * size:
+            matched[mistake.name] = error / (allowed * size) if allowed else 0.0
         else:
             refuted.append(mistake.name)
-    # (B, H, Tq) as a one-column output, for the localisation
-    return finding_of(
-        lse[..., None], call.truth[..., None], case, comparison, matched=matched, refuted=refuted
-    )
+    return matched, refuted
 
 
 def diagnose_merge(

@@ -53,6 +53,12 @@ class Case:
     return_lse: bool | None = None  # Subject.call_with_lse sets it
     page_size: int | None = None  # the worker lays k and v out as page pools of this size
     layout: str = "contiguous"  # how the worker lays the inputs out (impls.capabilities.LAYOUTS)
+    # An FP8 call (spec.fp8, conformance.judge.fp8): the format of its FP8 operands (k and v, and
+    # q too under the descale convention, whose dtype is then the format), the convention of its
+    # scales and, under kv_scale, how fine they are (spec.fp8.KV_SCALE_GRANULARITIES)
+    fp8_format: str | None = None
+    fp8_convention: str | None = None
+    fp8_kv_scale: str | None = None
     poison_allocations: bool = False  # fresh allocations read as NaN during the call
 
     def __post_init__(self) -> None:
@@ -122,6 +128,9 @@ class Case:
                 ("Hkv", self.key_value_heads, self.heads),
                 *((name, value, None) for name, value in self.variant.items()),
                 ("layout", self.layout, "contiguous"),
+                ("fp8", self.fp8_format, None),
+                ("scales", self.fp8_convention, None),
+                ("per", self.fp8_kv_scale, None),
                 ("poison_allocations", self.poison_allocations, False),
             )
             if value != default
@@ -257,7 +266,27 @@ class Subject:
         return [
             what
             for what, needed, declared in (
-                (f"dtype {case.dtype}", True, case.dtype in caps.dtypes),
+                (
+                    f"dtype {case.dtype}",
+                    True,
+                    case.dtype in caps.dtypes or case.dtype == case.fp8_format,
+                ),
+                ("fp8 (FP8 operands with scales)", case.fp8_format is not None, caps.fp8),
+                (
+                    f"FP8 format {case.fp8_format}",
+                    case.fp8_format is not None,
+                    case.fp8_format in caps.fp8_formats,
+                ),
+                (
+                    f"the FP8 {case.fp8_convention} convention",
+                    case.fp8_convention is not None,
+                    case.fp8_convention in caps.fp8_conventions,
+                ),
+                (
+                    f"k and v scales per {case.fp8_kv_scale}",
+                    case.fp8_kv_scale is not None,
+                    case.fp8_kv_scale in caps.fp8_kv_scales,
+                ),
                 ("non-causal attention", not case.causal, caps.non_causal),
                 ("Tq != Tk", case.tq != case.tk, caps.cross_length),
                 ("an explicit scale", case.scale is not None, caps.explicit_scale),

@@ -12,7 +12,8 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from impls.contract import validate_inputs
+from impls.contract import PlainCallable, validate_inputs
+from impls.numpy_fp8 import checked_scales, is_fp8_call
 from spec.state_mistakes import find_any_mistake
 
 FAMILIES = (
@@ -34,6 +35,7 @@ FAMILIES = (
     "memory",
     "stress",
     "backward",
+    "fp8",
 )
 
 
@@ -72,6 +74,10 @@ def _validating(fn: Callable) -> Callable:
     # extensions it implements by naming their keywords, as any plain callable does.
     @functools.wraps(fn)
     def member(q, k, v, *, causal=True, scale=None, **variant):
+        if is_fp8_call(q, k, v, variant):  # as numpy's FP8 path checks its calls
+            fp8 = {name: value for name, value in variant.items() if name != "enable_gqa"}
+            checked_scales(declared(fn), q, k, v, causal, scale, fp8)
+            return fn(q, k, v, causal=causal, scale=scale, **variant)
         # what validate_inputs does not take: PyTorch's flag and the request for a second output
         checked = {
             name: value
@@ -83,6 +89,12 @@ def _validating(fn: Callable) -> Callable:
         return fn(q, k, v, causal=causal, scale=scale, **variant)
 
     return member
+
+
+@functools.cache
+def declared(fn: Callable):
+    """What ``fn`` declares, as the suite reads it."""
+    return PlainCallable(fn, fn.__name__).capabilities
 
 
 def _register(member: Member) -> None:
@@ -144,6 +156,7 @@ def load_members() -> dict[str, Member]:
         caches,
         correct,
         extensions,
+        fp8,
         modifiers,
         mutants,
         states,

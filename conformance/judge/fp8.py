@@ -1,0 +1,189 @@
+"""The judge of FP8 calls (spec.fp8): inputs quantized as a kernel's callers quantize them, the
+call in its convention, and the output against the float64 formula on the dequantized inputs.
+
+The budget is the suite's rule with the baseline the FP8 kernel's own: the naive formula rounded
+where the implementation declares it rounds (Capabilities.fp8_p, spec.fp8.fp8_baseline), so a
+kernel rounding P to e4m3 where it declared float32 fails, and one that declared it is held to
+what that rounding costs. Each output is compared element by element, and a failure reports its
+norm's ratio to the truth's: a missing or doubled scale leaves the cosine at 1, and shows there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from conformance.judge.assertions import fail, with_diagnosis
+from conformance.judge.diagnosis import diagnose_fp8
+from conformance.judge.harness import Case, Subject
+from conformance.judge.tolerance import Budget, Comparison, compare
+from conformance.run.worker_clients import ImplementationBroke
+from spec.dtypes import round_to
+from spec.formula import reference_attention, score_rounding_sensitivity
+from spec.fp8 import (
+    Fp8Scales,
+    dequantized,
+    fp8_baseline,
+    ml_dtypes_missing,
+    quantize_per_kv_head,
+    quantize_per_tensor,
+)
+from spec.fp8_mistakes import Fp8Call
+
+# FlashAttention's rule, as for every dtype: a few times the error of the naive formula that
+# rounds where the kernel does. docs/fp8.md has the survey of the built-ins against it.
+FP8_BUDGET_FACTOR = 3.0
+FP8_FLOOR_U = 2.0  # the output's own rounding: one ulp of max|V|, in the output's dtype
+
+
+def fp8_budget(out_dtype: str, p_rounding: str) -> Budget:
+    return Budget(
+        out_dtype,
+        baseline_factor=FP8_BUDGET_FACTOR,
+        floor_u=FP8_FLOOR_U,
+        floor_scales_with_scores=False,
+        reason=(
+            f"{FP8_BUDGET_FACTOR:g}x the error of the naive formula on the FP8 values with P in "
+            f"{p_rounding}, sums in float32 and the output in {out_dtype}, plus {FP8_FLOOR_U:g}u "
+            "of the output"
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Fp8Inputs:
+    """One FP8 call's inputs: the stored values (float64, exact in their dtypes) and the scales
+    that dequantize them."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    scales: Fp8Scales
+
+    def dequantized(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return dequantized(self.q, self.k, self.v, self.scales)
+
+
+def quantized(case: Case, q, k, v) -> Fp8Inputs:
+    """Model values q, k, v (float64) quantized as the case's convention's callers do: per (b,
+    h_kv) descales under FlashAttention 3's (q's heads grouped by their kv head), k and v per
+    tensor or per kv head under the key/value cache's, q then rounded to its dtype."""
+    fmt = case.fp8_format
+    if case.fp8_convention == "descale":
+        batch, kv_heads = k.shape[:2]
+        grouped = q.reshape(batch, kv_heads, -1, q.shape[-1])  # (B, Hq, Tq, D) -> (B, Hkv, g Tq, D)
+        stored_q, q_descale = quantize_per_kv_head(grouped, fmt, per_batch=True)
+        (stored_k, k_descale), (stored_v, v_descale) = (
+            quantize_per_kv_head(x, fmt, per_batch=True) for x in (k, v)
+        )
+        keywords = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+        return Fp8Inputs(
+            stored_q.reshape(q.shape), stored_k, stored_v, Fp8Scales("descale", keywords)
+        )
+    recipe = quantize_per_tensor if case.fp8_kv_scale == "tensor" else quantize_per_kv_head
+    (stored_k, k_scale), (stored_v, v_scale) = (recipe(x, fmt) for x in (k, v))
+    keywords = dict(k_scale=k_scale, v_scale=v_scale)
+    return Fp8Inputs(round_to(q, case.dtype), stored_k, stored_v, Fp8Scales("kv_scale", keywords))
+
+
+def output_dtype(subject: Subject, case: Case) -> str:
+    """What the call must return: q's dtype under kv_scale, the declared fp8_output under
+    descale."""
+    if case.fp8_convention == "kv_scale":
+        return case.dtype
+    return subject.client.capabilities.fp8_output
+
+
+def call_fp8(subject: Subject, case: Case, inputs: Fp8Inputs) -> np.ndarray:
+    """The implementation's output for an FP8 case, float64 (B, H, Tq, Dv), after checking that
+    it came back in the dtype its convention says. Skips, naming what is missing, where the
+    implementation does not declare the case."""
+    subject.require(case)
+    client = subject.client
+    if client.family == "numpy" and ml_dtypes_missing():
+        pytest.skip(f"{subject.name}: {ml_dtypes_missing()}")
+    q_dtype = case.fp8_format if case.fp8_convention == "descale" else case.dtype
+    natives = [
+        client.from_numpy(x, dtype)
+        for x, dtype in (
+            (inputs.q, q_dtype),
+            (inputs.k, case.fp8_format),
+            (inputs.v, case.fp8_format),
+        )
+    ]
+    answer = client.attention(
+        *natives, causal=case.causal, scale=case.scale, **inputs.scales.keywords
+    )
+    expected = output_dtype(subject, case)
+    if client.dtype_name(answer) != expected:
+        fail(subject, case, f"out.dtype={client.dtype_name(answer)}, but should be {expected}")
+    out = client.to_numpy(answer)
+    if out.shape != case.out_shape:
+        raise ImplementationBroke(
+            f"{subject.name} returned shape {out.shape}, but should return {case.out_shape} "
+            f"[{case.describe()}]"
+        )
+    return out.astype(np.float64)
+
+
+@dataclass(frozen=True)
+class Fp8Comparison:
+    """An FP8 output's error element by element (``elements``, what decides), the truth, and
+    the ratio of its norm to the truth's, which a failure reports: a scale lost or applied twice
+    shows there as the scale itself, where the cosine stays 1."""
+
+    elements: Comparison
+    truth: np.ndarray
+    norm_ratio: float  # ||out|| / ||truth||
+
+    @property
+    def ok(self) -> bool:
+        return self.elements.ok
+
+    def describe(self) -> str:
+        return f"{self.elements.describe()}; ||out|| / ||truth|| = {self.norm_ratio:.4g}"
+
+
+def compare_fp8(out, inputs: Fp8Inputs, case: Case, *, p_rounding: str, out_dtype: str):
+    """``out`` against the float64 formula on the dequantized inputs, with the naive formula
+    rounded where the implementation declares (``p_rounding``, ``out_dtype``) as baseline."""
+    options = dict(causal=case.causal, scale=case.scale)
+    true_q, true_k, true_v = inputs.dequantized()
+    truth = reference_attention(true_q, true_k, true_v, **options)
+    baseline = fp8_baseline(inputs.q, inputs.k, inputs.v, inputs.scales, p_rounding=p_rounding,
+                            out_dtype=out_dtype, **options)  # fmt: skip
+    elements = compare(
+        out,
+        truth,
+        baseline,
+        dtype=out_dtype,
+        magnitude=float(np.abs(true_v).max()),
+        score_rounding=lambda: float(
+            score_rounding_sensitivity(true_q, true_k, true_v, **options).max()
+        ),
+        budgets={out_dtype: fp8_budget(out_dtype, p_rounding)},
+    )
+    with np.errstate(invalid="ignore", over="ignore"):
+        norm_ratio = float(np.linalg.norm(out) / np.linalg.norm(truth))
+    return Fp8Comparison(elements, truth, norm_ratio)
+
+
+def assert_fp8_matches(subject: Subject, case: Case, out: np.ndarray, inputs: Fp8Inputs) -> None:
+    """``out`` within the budget of the arithmetic the implementation declares, element by
+    element; a failure says its norm's ratio to the truth's too."""
+    __tracebackhide__ = True
+    caps = subject.client.capabilities
+    options = dict(causal=case.causal, scale=case.scale)
+    call = Fp8Call(*(inputs.q, inputs.k, inputs.v), inputs.scales, case.fp8_format, caps.fp8_p,
+                   output_dtype(subject, case), options)  # fmt: skip
+    comparison = compare_fp8(
+        out, inputs, case, p_rounding=call.p_rounding, out_dtype=call.out_dtype
+    )
+    subject.notes.note_budget_fraction(comparison.elements.budget_fraction, call.out_dtype)
+    if not comparison.ok:
+        finding = diagnose_fp8(out, call, truth=comparison.truth, case=case,
+                               comparison=comparison.elements)  # fmt: skip
+        message = f"out (P in {caps.fp8_p}): {comparison.describe()}"
+        fail(subject, case, with_diagnosis(subject, message, finding))
