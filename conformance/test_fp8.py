@@ -78,7 +78,7 @@ def whole_range(subject: Subject, fmt: str, shape) -> np.ndarray:
     exponents = subject.rng.uniform(
         np.log2(spec.smallest_subnormal), np.log2(spec.largest_finite), shape
     )
-    values = np.where(subject.rng.random(shape) < 0.5, -1.0, 1.0) * np.exp2(exponents)
+    values = np.where(subject.rng.random(shape) < 0.5, -1.0, 1.0) * 2.0**exponents
     extremes = [spec.largest_finite, spec.smallest_normal, spec.smallest_subnormal]
     extremes = np.array([sign * x for x in extremes for sign in (1, -1)])  # (6,)
     values = np.clip(round_to_fp8(values, fmt), -spec.largest_finite, spec.largest_finite)

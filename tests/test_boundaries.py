@@ -14,7 +14,7 @@ import pytest
 from conformance.judge.harness import Case
 from conformance.run.options import OPTIONS
 from impls.capabilities import EXTENSIONS, Capabilities
-from spec.catalogue import BACKWARD, CAPABILITIES, LEVELS
+from spec.catalogue import BACKWARD, CAPABILITIES, FP8, LEVELS
 from spec.features import FEATURE_NAMES, FEATURES, NO_FEATURE
 from tests.suite_process import ROOT
 
@@ -146,7 +146,7 @@ def test_each_feature_is_one_declaration_that_the_rest_reads():
     case_fields = {field.name for field in dataclasses.fields(Case)}
     assert set(FEATURE_NAMES) <= fields
     assert set(EXTENSIONS) == set(FEATURE_NAMES)
-    assert set(CAPABILITIES) == {*FEATURE_NAMES, BACKWARD, NO_FEATURE}
+    assert set(CAPABILITIES) == {*FEATURE_NAMES, BACKWARD, FP8, NO_FEATURE}
     for feature in FEATURES:
         assert set(feature.keywords) <= case_fields, feature.name
         assert Capabilities(dtypes=("float32",), **{feature.name: True}).declares(feature.name)

@@ -27,7 +27,7 @@ LOG2_E = math.log2(math.e)
 
 
 def per_query_head(table, heads: int, batch: int, bug=None) -> np.ndarray:
-    """A scale (a float, (Hkv,) or (B, Hkv)) as query head h applies it: (B, H, 1, 1) float32."""
+    """A scale (a float, (Hkv,) or (B, Hkv)) as query head h applies it: (B, H, 1, 1)."""
     table = np.asarray(table, np.float32)
     kv_heads = table.shape[-1] if table.ndim else 1
     table = np.broadcast_to(table.reshape(-1, kv_heads), (batch, kv_heads))
@@ -51,7 +51,8 @@ def fp8_kernel(q, k, v, *, causal, scale, q_descale=None, k_descale=None, v_desc
         if q_descale is not None:
             q = reinterpreted(q.astype(np.float64), fmt, read)
         k, v = (reinterpreted(x.astype(np.float64), fmt, read) for x in (k, v))
-    q, k, v = (np.asarray(x, np.float32) for x in (q, k, v))
+    work = np.float64 if q.dtype == np.float64 else np.float32  # a plain float64 call's own
+    q, k, v = (np.asarray(x, work) for x in (q, k, v))
     k, v = (
         np.repeat(x, heads // x.shape[1], axis=1) for x in (k, v)
     )  # (B, Hkv, T, D) -> (B, H, T, D)
@@ -66,25 +67,25 @@ def fp8_kernel(q, k, v, *, causal, scale, q_descale=None, k_descale=None, v_desc
         scales.pop("v")
     if bug == "k-twice":
         scales["k"] = scales["k"] * scales["k"]
-    one = np.ones((1, 1, 1, 1), np.float32)
+    one = np.ones((1, 1, 1, 1), work)
     score_scale = (
-        np.float32(resolve_scale(scale, q.shape[-1])) * scales.get("q", one) * scales.get("k", one)
+        work(resolve_scale(scale, q.shape[-1])) * scales.get("q", one) * scales.get("k", one)
     )
     if base_2:
-        score_scale = score_scale * np.float32(LOG2_E)
+        score_scale = score_scale * work(LOG2_E)
     exp = np.exp2 if base_2 else np.exp
-    offset = np.float32(256.0 if p == "e4m3_offset8" else 1.0)
+    offset = work(256.0 if p == "e4m3_offset8" else 1.0)
     tk = k.shape[-2]
     seen = visible_keys(tq, tk, causal=causal)  # (1, 1, Tq, Tk)
-    top = np.full((batch, heads, tq, 1), -np.inf, np.float32)
-    total = np.zeros((batch, heads, tq, 1), np.float32)
-    acc = np.zeros((batch, heads, tq, v.shape[-1]), np.float32)
+    top = np.full((batch, heads, tq, 1), -np.inf, work)
+    total = np.zeros((batch, heads, tq, 1), work)
+    acc = np.zeros((batch, heads, tq, v.shape[-1]), work)
     for start in range(0, tk, TILE):
         keys = slice(start, start + TILE)
         scores = (q @ k[..., keys, :].swapaxes(-1, -2)) * score_scale  # (B, H, Tq, tile)
-        scores = np.where(seen[..., keys], scores, np.float32(-np.inf))
+        scores = np.where(seen[..., keys], scores, work(-np.inf))
         new_top = np.maximum(top, scores.max(axis=-1, keepdims=True))
-        shift = np.where(np.isfinite(new_top), new_top, np.float32(0))
+        shift = np.where(np.isfinite(new_top), new_top, work(0))
         correction = exp(top - shift)
         weights = exp(scores - shift)
         total = total * correction + weights.sum(axis=-1, keepdims=True)
@@ -105,7 +106,7 @@ def fp8_kernel(q, k, v, *, causal, scale, q_descale=None, k_descale=None, v_desc
             acc = acc + weights @ v[..., keys, :]
         top = new_top
     with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.where(total > 0, acc / (total * offset), np.float32(0))
+        out = np.where(total > 0, acc / (total * offset), work(0))
     return out * scales.get("v", one)
 
 
