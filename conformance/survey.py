@@ -2,7 +2,8 @@
 prints, per implementation and dtype, the worst error as a fraction of the budget and against the
 naive baseline's error, over a few shapes, then each dtype's budget and its reason.
 ``--gradients --seeds N`` does the same for every gradient claim's cases over N seeds, with the
-median of each seed's worst and the case and seed of the worst."""
+median of each seed's worst and the case and seed of the worst; ``--fp8 --seeds N`` for every FP8
+claim's calls, per implementation declaring FP8 and output dtype."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import argparse
 
 import numpy as np
 
+from conformance.judge.fp8 import fp8_budget
 from conformance.judge.gradients import judged_gradients, undefined_gradient
 from conformance.judge.harness import Case, Subject
 from conformance.judge.tolerance import BUDGETS, GRADIENT_BUDGETS, compare_to_oracle
@@ -89,6 +91,44 @@ def survey_gradients(implementations, seeds) -> list[tuple]:
     return rows
 
 
+def survey_fp8(implementations, seeds) -> list[tuple]:
+    """As :func:`survey_gradients`, over every FP8 test's call (conformance/test_fp8.py's
+    FP8_CALLS) as it draws it from each seed, per implementation declaring FP8 and output dtype
+    (a descale call's declared, a key/value cache call's q's)."""
+    from conformance.judge.fp8 import call_fp8, compare_fp8, output_dtype
+    from conformance.test_fp8 import FP8_CALLS
+
+    rows = []
+    for impl in implementations:
+        if impl.unavailable_reason() or not impl.capabilities.fp8:
+            continue
+        results = {}  # output dtype -> (worst, its call and seed, ratio, each seed's worst)
+        for seed in seeds:
+            seed_worst = {}
+            for name, (make, arguments) in FP8_CALLS.items():
+                subject = Subject(impl, impl.name, seed=seed, test_id=f"survey {name}")
+                case, inputs = make(subject, *arguments)
+                if subject.missing(case):
+                    continue
+                out_dtype = output_dtype(subject, case)
+                result = compare_fp8(call_fp8(subject, case, inputs), inputs, case,
+                                     p_rounding=impl.capabilities.fp8_p,
+                                     out_dtype=out_dtype).elements  # fmt: skip
+                worst, where, ratio, _ = results.setdefault(out_dtype, (0.0, "", 0.0, []))
+                if result.budget_fraction > worst:
+                    worst, where = result.budget_fraction, f"{name}, seed {seed}"
+                if result.baseline_error > 0:
+                    ratio = max(ratio, result.max_abs / result.baseline_error)
+                results[out_dtype] = (worst, where, ratio, results[out_dtype][3])
+                seed_worst[out_dtype] = max(seed_worst.get(out_dtype, 0.0), result.budget_fraction)
+            for out_dtype, fraction in seed_worst.items():
+                results[out_dtype][3].append(fraction)
+        for out_dtype, (worst, where, ratio, fractions) in results.items():
+            rows.append((impl.name, f"{impl.capabilities.fp8_p} -> {out_dtype}", worst,
+                         float(np.median(fractions)), ratio, where))  # fmt: skip
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m conformance.survey", description=__doc__)
     parser.add_argument(
@@ -103,11 +143,18 @@ def main() -> None:
         metavar="N",
         help="seeds of every gradient case the gradient survey runs (default: %(default)s)",
     )
+    parser.add_argument(
+        "--fp8",
+        action="store_true",
+        help="survey the FP8 claims' calls of the built-ins declaring FP8 instead of outputs",
+    )
     options = parser.parse_args()
     if options.seeds < 1:
         parser.error(f"--seeds={options.seeds}, but should be at least 1")
-    if options.gradients:
-        main_gradients(range(options.seeds))
+    if options.gradients and options.fp8:
+        parser.error("--gradients and --fp8 are two surveys: choose one")
+    if options.gradients or options.fp8:
+        main_seeded(range(options.seeds), fp8=options.fp8)
         return
     cases = [
         Case(batch=1, heads=2, tq=tq, tk=tk, head_dim=d, causal=causal)
@@ -140,20 +187,26 @@ def main() -> None:
         )
 
 
-def main_gradients(seeds) -> None:
+def main_seeded(seeds, *, fp8: bool) -> None:
+    """The gradient survey, or with ``fp8`` the FP8 one, of the CPU built-ins over ``seeds``."""
     clients = open_clients([name for name in BUILTINS if not name.endswith("_cuda")])
+    surveyed = survey_fp8 if fp8 else survey_gradients
     try:
         rows = [
             (name, dtype, f"{worst:.3f}", f"{median:.3f}", f"{ratio:.2f}" if ratio else "(exact)",
              where)
-            for name, dtype, worst, median, ratio, where in survey_gradients(clients, seeds)
+            for name, dtype, worst, median, ratio, where in surveyed(clients, seeds)
         ]  # fmt: skip
     finally:
         for client in clients:
             client.close()
-    header = ("implementation", "dtype", "worst", "median", "err/baseline", "worst at")
+    header = ("implementation", "P -> out" if fp8 else "dtype", "worst", "median", "err/baseline",
+              "worst at")  # fmt: skip
     for line in text_table([header, *rows], right=(2, 3, 4)):
         print(line)
+    if fp8:
+        print(f"\nFP8: {fp8_budget('<out>', '<P>').reason}.")
+        return
     for budget in GRADIENT_BUDGETS.values():
         print(
             f"\n{budget.dtype} gradients: {budget.baseline_factor:g} x baseline + "

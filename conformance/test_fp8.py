@@ -61,13 +61,19 @@ def per_head_amplitudes(subject: Subject, case: Case, *shapes) -> list[np.ndarra
     return arrays
 
 
-@pytest.mark.claim("FP8-SCALES")
-@pytest.mark.parametrize(("convention", "kv_scale"), SCALINGS, ids=SCALING_IDS)
-def test_each_scale_is_applied_once_to_its_operand_by_kv_head(subject, convention, kv_scale):
+def scales_call(subject: Subject, convention: str, kv_scale: str | None):
+    """FP8-SCALES' call: two items, grouped heads, every (b, kv head) at its own amplitude, so
+    that every scale differs from every other and from 1."""
     _, _, fmt = first_declared(subject)
     case = fp8_case(subject, convention, kv_scale, fmt, batch=2, heads=4, tq=80, head_dim=64)
     q, k, v = per_head_amplitudes(subject, case, case.q_shape, case.k_shape, case.v_shape)
-    inputs = quantized(case, q, k, v)
+    return case, quantized(case, q, k, v)
+
+
+@pytest.mark.claim("FP8-SCALES")
+@pytest.mark.parametrize(("convention", "kv_scale"), SCALINGS, ids=SCALING_IDS)
+def test_each_scale_is_applied_once_to_its_operand_by_kv_head(subject, convention, kv_scale):
+    case, inputs = scales_call(subject, convention, kv_scale)
     assert_fp8_matches(subject, case, call_fp8(subject, case, inputs), inputs)
 
 
@@ -98,20 +104,23 @@ def unit_scaled(case: Case, q, k, v) -> Fp8Inputs:
     return Fp8Inputs(q, k, v, Fp8Scales(case.fp8_convention, keywords))
 
 
-@pytest.mark.claim("FP8-FORMAT")
-@pytest.mark.parametrize("fmt", list(FP8_FORMATS))
-def test_fp8_values_are_read_in_their_format_over_its_whole_range(subject, fmt):
+def format_call(subject: Subject, fmt: str):
+    """FP8-FORMAT's call: unit scales; q and k near 1, their smallest values subnormal, one key
+    holding the extremes; v over the whole range."""
     convention, kv_scale, _ = first_declared(subject)
     case = fp8_case(subject, convention, kv_scale, fmt, batch=1, heads=2, tq=48, head_dim=32)
-    # q and k near 1, their smallest values subnormal, one key holding the extremes; v over the
-    # whole range
     q = subject.rng.standard_normal(case.q_shape)
     q = round_to_fp8(q, fmt) if convention == "descale" else round_to(q, case.dtype)
     k = round_to_fp8(subject.rng.standard_normal(case.k_shape), fmt)
-    extremes = whole_range(subject, fmt, (6,))
-    k[..., 3, :6] = extremes
+    k[..., 3, :6] = whole_range(subject, fmt, (6,))  # the six extremes
     v = whole_range(subject, fmt, case.v_shape)
-    inputs = unit_scaled(case, q, k, v)
+    return case, unit_scaled(case, q, k, v)
+
+
+@pytest.mark.claim("FP8-FORMAT")
+@pytest.mark.parametrize("fmt", list(FP8_FORMATS))
+def test_fp8_values_are_read_in_their_format_over_its_whole_range(subject, fmt):
+    case, inputs = format_call(subject, fmt)
     assert_fp8_matches(subject, case, call_fp8(subject, case, inputs), inputs)
 
 
@@ -128,6 +137,22 @@ def dominant_key(subject: Subject, case: Case, gap: float):
     return q, k, v
 
 
+def accuracy_call(subject: Subject, shape: dict, draw: str):
+    """FP8-ACCURACY's call of ``shape``: a dominant first key, near-uniform keys (scores near 0:
+    every weight near the row's largest), or standard normal inputs."""
+    convention, kv_scale, fmt = first_declared(subject)
+    case = fp8_case(subject, convention, kv_scale, fmt, batch=1, heads=4, head_dim=64, **shape)
+    if draw == "dominant":
+        q, k, v = dominant_key(subject, case, gap=8.0)
+    else:
+        q, k, v = (
+            subject.rng.standard_normal(s) for s in (case.q_shape, case.k_shape, case.v_shape)
+        )
+        if draw == "uniform":
+            q, k = 0.05 * q, 0.05 * k
+    return case, quantized(case, q, k, v)
+
+
 ACCURACY_CASES = [
     pytest.param(dict(tq=64, tk=1024), "dominant", id="first-key-of-1024-dominant"),
     pytest.param(dict(tq=64, tk=1024), "uniform", id="1024-near-uniform-keys"),
@@ -140,15 +165,17 @@ ACCURACY_CASES = [
 @pytest.mark.claim("FP8-ACCURACY")
 @pytest.mark.parametrize(("shape", "draw"), ACCURACY_CASES)
 def test_fp8_output_within_the_budget_of_its_declared_rounding(subject, shape, draw):
-    convention, kv_scale, fmt = first_declared(subject)
-    case = fp8_case(subject, convention, kv_scale, fmt, batch=1, heads=4, head_dim=64, **shape)
-    if draw == "dominant":
-        q, k, v = dominant_key(subject, case, gap=8.0)
-    else:
-        q, k, v = (
-            subject.rng.standard_normal(s) for s in (case.q_shape, case.k_shape, case.v_shape)
-        )
-        if draw == "uniform":
-            q, k = 0.05 * q, 0.05 * k  # scores near 0: every weight near the row's largest
-    inputs = quantized(case, q, k, v)
+    case, inputs = accuracy_call(subject, shape, draw)
     assert_fp8_matches(subject, case, call_fp8(subject, case, inputs), inputs)
+
+
+# Every FP8 test's call by name, as (its builder, its arguments): python -m conformance.survey
+# --fp8 draws them as the tests do
+FP8_CALLS = {
+    **{
+        f"FP8-SCALES {name}": (scales_call, args)
+        for args, name in zip(SCALINGS, SCALING_IDS, strict=True)
+    },
+    **{f"FP8-FORMAT {fmt}": (format_call, (fmt,)) for fmt in FP8_FORMATS},
+    **{f"FP8-ACCURACY {row.id}": (accuracy_call, tuple(row.values)) for row in ACCURACY_CASES},
+}

@@ -252,7 +252,8 @@ def fp8_baseline(
     """The naive formula as an FP8 kernel rounds it: q k^T of the stored values summed in
     float32, then times the scale and the operands' scales; the softmax in float32, P rounded as
     ``p_rounding`` declares, P v summed in float32 and times v's scale; the output rounded to
-    ``out_dtype``. Float64 out, (B, H, Tq, Dv). ``accumulator``: where P v is summed, a tensor
+    ``out_dtype``. P kept in float32 is a kernel that dequantizes first: each value times its
+    scale in float32, then the formula in float32. Float64 out, (B, H, Tq, Dv). ``accumulator``: where P v is summed, a tensor
     core's 16 keys at a time (only a mistake sums narrower than float32)."""
     batch, heads, kv_heads = q.shape[0], q.shape[1], k.shape[1]
 
@@ -262,9 +263,15 @@ def fp8_baseline(
 
     q32, k32, v32 = (np.asarray(x, np.float32) for x in (q, k, v))  # exact: FP8 values
     k32, v32 = repeat_kv_heads(q32, k32), repeat_kv_heads(q32, v32)  # (B, Hq, Tk, D)
+    one = np.ones((1, 1, 1, 1), np.float32)
+    if p_rounding == "float32":  # dequantized first: each value times its scale, in float32
+        q32, k32, v32 = (x * per_query_head(name) for x, name in zip((q32, k32, v32), "qkv"))
+        q_scale = k_scale = v_scale = one
+    else:  # the scales on the scores and the output
+        q_scale, k_scale, v_scale = (per_query_head(name) for name in "qkv")
     scores = q32 @ k32.swapaxes(-1, -2)  # (B, Hq, Tq, Tk), float32 sums
-    scores *= np.float32(resolve_scale(scale, q.shape[-1])) * per_query_head("q")
-    scores *= per_query_head("k")
+    scores *= np.float32(resolve_scale(scale, q.shape[-1])) * q_scale
+    scores *= k_scale
     seen = visible_keys(q.shape[-2], k.shape[-2], causal=causal, **variant)
     scores = np.where(seen, scores, np.float32(-np.inf))
     top = scores.max(axis=-1, keepdims=True)
@@ -279,7 +286,7 @@ def fp8_baseline(
         for start in range(0, weights.shape[-1], ACCUMULATED_KEYS):
             keys = slice(start, start + ACCUMULATED_KEYS)
             out = rounded_in_storage(out + weights[..., keys] @ v32[..., keys, :], accumulator)
-    out = out * per_query_head("v")
+    out = out * v_scale
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.where(total > 0, out / np.where(total > 0, total, 1), 0).astype(np.float32)
     return rounded_in_storage(out, out_dtype).astype(np.float64)
