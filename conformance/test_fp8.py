@@ -99,7 +99,7 @@ def unit_scaled(case: Case, q, k, v) -> Fp8Inputs:
         ones = np.ones((case.batch, kv_heads), np.float32)
         keywords = dict(q_descale=ones, k_descale=ones, v_descale=ones)
     else:
-        one = 1.0 if case.fp8_kv_scale == "tensor" else np.ones(kv_heads, np.float32)
+        one = np.float32(1) if case.fp8_kv_scale == "tensor" else np.ones(kv_heads, np.float32)
         keywords = dict(k_scale=one, v_scale=one)
     return Fp8Inputs(q, k, v, Fp8Scales(case.fp8_convention, keywords))
 

@@ -163,8 +163,8 @@ FP8_CONVENTIONS: dict[str, str] = {
     "v_descale of shape (B, Hkv), multipliers that dequantize; query head h reads its kv head's "
     "h // g ('(b, h_k), not (b, h)'); the output in the declared fp8_output dtype",
     "kv_scale": "the key/value cache's (FlashInfer, vLLM, SGLang): q in the call's 16- or 32-bit "
-    "dtype, k and v in FP8 with k_scale and v_scale, multipliers that dequantize, a float per "
-    "tensor or a float32 (Hkv,) array per kv head; the output in q's dtype",
+    "dtype, k and v in FP8 with k_scale and v_scale, multipliers that dequantize, a float32 "
+    "scalar per tensor or a float32 (Hkv,) array per kv head; the output in q's dtype",
 }
 # the call's keyword arguments of each convention
 SCALE_KEYWORDS: dict[str, tuple[str, ...]] = {
@@ -173,7 +173,7 @@ SCALE_KEYWORDS: dict[str, tuple[str, ...]] = {
 }
 # how fine the key/value cache's scales are
 KV_SCALE_GRANULARITIES: dict[str, str] = {
-    "tensor": "one float for all of k (and one for v): vLLM's k_scale, v_scale",
+    "tensor": "one float32 scalar for all of k (and one for v): vLLM's k_scale, v_scale",
     "kv_head": "a float32 (Hkv,) array, one per kv head: FlashInfer's, SGLang's per-head scales",
 }
 

@@ -33,6 +33,33 @@ def readme_backward_example() -> str:
 
 
 ROW_TERM = "- (grad_out * (p @ v)).sum(-1, keepdims=True)"
+V_SCALE = " * np.reshape(v_scale, (-1, 1, 1))"
+
+
+def test_the_readme_fp8_example_meets_the_fp8_claims_as_written(suite, tmp_path):
+    """Written as the README shows it, the FP8 key/value cache callable meets FP8-SCALES,
+    FP8-FORMAT and FP8-ACCURACY; with v's scale left out it fails FP8-SCALES, diagnosed as
+    fp8-v-scale-dropped."""
+    example = "import numpy as np\n\n\n" + first_python_block(
+        "## FP8: the scales, the formats, where P is rounded"
+    )
+    assert V_SCALE in example
+    (tmp_path / "mykernel.py").write_text(example)
+    (tmp_path / "planted.py").write_text(example.replace(V_SCALE, ""))
+    report_path = tmp_path / "report.json"
+    run = suite(
+        *("--impl", "mykernel:attention,planted:attention", "--claims", "FP8-*", "-n", "2"),
+        *("--report-json", str(report_path)),
+        env_overrides={"PYTHONPATH": str(tmp_path)},
+    )
+    assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-2000:]
+    subjects = {s["name"]: s for s in json.loads(report_path.read_text())["subjects"]}
+    written = subjects["mykernel:attention"]["claims"]
+    for claim in ("FP8-SCALES", "FP8-FORMAT", "FP8-ACCURACY"):
+        assert written[claim]["verdict"] == "met", (claim, written[claim])
+        assert written[claim]["passed"] > 0, claim
+    assert subjects["planted:attention"]["claims"]["FP8-SCALES"]["verdict"] == "FAILED"
+    assert "diagnosis: fp8-v-scale-dropped" in run.stdout, run.stdout[-4000:]
 
 
 def test_the_readme_backward_is_judged_on_the_gradients_and_meets_them_as_written(suite, tmp_path):

@@ -84,7 +84,7 @@ def quantized(case: Case, q, k, v) -> Fp8Inputs:
         )
     recipe = quantize_per_tensor if case.fp8_kv_scale == "tensor" else quantize_per_kv_head
     (stored_k, k_scale), (stored_v, v_scale) = (recipe(x, fmt) for x in (k, v))
-    keywords = dict(k_scale=k_scale, v_scale=v_scale)
+    keywords = dict(k_scale=np.float32(k_scale), v_scale=np.float32(v_scale))  # as vLLM's
     return Fp8Inputs(round_to(q, case.dtype), stored_k, stored_v, Fp8Scales("kv_scale", keywords))
 
 
