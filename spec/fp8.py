@@ -253,8 +253,9 @@ def fp8_baseline(
     float32, then times the scale and the operands' scales; the softmax in float32, P rounded as
     ``p_rounding`` declares, P v summed in float32 and times v's scale; the output rounded to
     ``out_dtype``. P kept in float32 is a kernel that dequantizes first: each value times its
-    scale in float32, then the formula in float32. Float64 out, (B, H, Tq, Dv). ``accumulator``: where P v is summed, a tensor
-    core's 16 keys at a time (only a mistake sums narrower than float32)."""
+    scale in float32, then the formula in float32. Float64 out, (B, H, Tq, Dv).
+    ``accumulator``: where P v is summed, a tensor core's 16 keys at a time (only a mistake sums
+    narrower than float32)."""
     batch, heads, kv_heads = q.shape[0], q.shape[1], k.shape[1]
 
     def per_query_head(operand):  # (B, H, 1, 1), float32
@@ -265,7 +266,9 @@ def fp8_baseline(
     k32, v32 = repeat_kv_heads(q32, k32), repeat_kv_heads(q32, v32)  # (B, Hq, Tk, D)
     one = np.ones((1, 1, 1, 1), np.float32)
     if p_rounding == "float32":  # dequantized first: each value times its scale, in float32
-        q32, k32, v32 = (x * per_query_head(name) for x, name in zip((q32, k32, v32), "qkv"))
+        q32, k32, v32 = (
+            x * per_query_head(name) for x, name in zip((q32, k32, v32), "qkv", strict=True)
+        )
         q_scale = k_scale = v_scale = one
     else:  # the scales on the scores and the output
         q_scale, k_scale, v_scale = (per_query_head(name) for name in "qkv")
