@@ -56,6 +56,11 @@ class Member:
     mistake: str | None = None
     # mistakes whose variants equal ``mistake``'s on every case this bug fails (named with it)
     alike: tuple[str, ...] = ()
+    # correct variants only: the claim IDs a variant whose road leaves the formula's in one place
+    # alone is judged on in the project's tests (tests.zoo.member_claims), where judging it on
+    # every claim would judge again a path other members own; None: every claim (the full
+    # matrix, python -m tests.zoo.kill_matrix, judges every member on every claim)
+    judged_on: tuple[str, ...] | None = None
 
     @property
     def selector(self) -> str:
@@ -142,11 +147,16 @@ def mutant(
     return register
 
 
-def correct_variant(fn: Callable) -> Callable:
-    """Register an unusual but correct implementation: it must pass every MUST claim."""
-    fn = _validating(fn)
-    _register(Member(fn.__name__, fn.__module__, fn, True))
-    return fn
+def correct_variant(fn: Callable | None = None, *, judged_on: tuple[str, ...] | None = None):
+    """Register an unusual but correct implementation: it must pass every MUST claim (those of
+    ``judged_on`` in the project's tests, where its road differs only there)."""
+
+    def register(fn: Callable) -> Callable:
+        fn = _validating(fn)
+        _register(Member(fn.__name__, fn.__module__, fn, True, judged_on=judged_on))
+        return fn
+
+    return register if fn is None else register(fn)
 
 
 def load_members() -> dict[str, Member]:

@@ -18,10 +18,18 @@ import math
 import numpy as np
 
 from impls.contract import resolve_scale
+from spec.catalogue import load_catalogue
 from spec.formula import query_positions, visible_keys
 from tests.zoo import correct_variant, mutant
 
 TILE = 64  # the key tile of the members whose backward loops over tiles
+# What the correct backwards other than flash_backward_from_the_lse are judged on in the project's
+# tests: their forward is its forward, judged on every claim there
+GRADIENT_CLAIMS = (
+    "OUT-GRAD",
+    "MASK-GRAD",
+    *(claim.id for claim in load_catalogue() if claim.group == "gradients"),
+)
 
 
 def scores_and_mask(q, k, *, causal, scale, window=None, key_lengths=None, chunk=None,
@@ -310,7 +318,7 @@ def flash_backward_from_the_lse(q, k, v, *, causal=True, scale=None, enable_gqa=
     return forward(q, k, v, causal=causal, scale=scale, **features)
 
 
-@correct_variant
+@correct_variant(judged_on=GRADIENT_CLAIMS)
 @with_backward(base_2=True)
 def flash_backward_in_base_2(q, k, v, *, causal=True, scale=None, enable_gqa=False,
                              window=None, key_lengths=None, chunk=None, softcap=None,
@@ -322,7 +330,7 @@ def flash_backward_in_base_2(q, k, v, *, causal=True, scale=None, enable_gqa=Fal
     return forward(q, k, v, causal=causal, scale=scale, **features)
 
 
-@correct_variant
+@correct_variant(judged_on=GRADIENT_CLAIMS)
 @with_backward(keep_weights=True)
 def backward_from_kept_weights(q, k, v, *, causal=True, scale=None, enable_gqa=False,
                                window=None, key_lengths=None, chunk=None, softcap=None,

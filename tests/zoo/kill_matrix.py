@@ -315,7 +315,8 @@ def machine_independent(diagnosis_matrix: str) -> str:
 def claims_in_kill_matrix(members: dict[str, Member]) -> dict[str, tuple[str, ...]]:
     """{mutant: the claims docs/zoo.md's kill matrix says rejected it}, for the mutants whose row
     is reproducible: not those reading memory they never wrote (which claims fail besides theirs
-    depends on what the memory holds) nor a survivor. The others are left out: judged on all."""
+    depends on what the memory holds) nor a survivor; and {correct variant: its judged_on} where
+    it names some. The others are left out: judged on all."""
     block = generated_block()
     if block is None:
         raise RuntimeError(f"{ZOO_DOC} lacks the {MATRIX_START} ... {MATRIX_END} markers")
@@ -329,7 +330,7 @@ def claims_in_kill_matrix(members: dict[str, Member]) -> dict[str, tuple[str, ..
         if member is None or member.correct or member.reads_fresh_memory or "**" in cells[3]:
             continue
         claims[name] = tuple(claim.removesuffix(" (SHOULD)") for claim in cells[3].split(", "))
-    return claims
+    return claims | {name: m.judged_on for name, m in members.items() if m.judged_on is not None}
 
 
 def generated_block(start: str = MATRIX_START, end: str = MATRIX_END) -> str | None:
