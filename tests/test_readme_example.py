@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import re
 
-from tests.suite_process import ROOT
+import pytest
+
+from tests.suite_process import ROOT, run_suite
 
 PLANTED = "tests.planted.plain"
 
@@ -34,55 +36,62 @@ def readme_backward_example() -> str:
 
 ROW_TERM = "- (grad_out * (p @ v)).sum(-1, keepdims=True)"
 V_SCALE = " * np.reshape(v_scale, (-1, 1, 1))"
+FP8_HEADING = "## FP8: the scales, the formats, where P is rounded"
+BACKWARD_CLAIMS = ("OUT-GRAD", "MASK-GRAD", "GRAD-DETERMINISM")
+FP8_CLAIMS = ("FP8-SCALES", "FP8-FORMAT", "FP8-ACCURACY")
 
 
-def test_the_readme_fp8_example_meets_the_fp8_claims_as_written(suite, tmp_path):
+@pytest.fixture(scope="module")
+def written_and_planted(tmp_path_factory):
+    """One run judging the README's backward example and its FP8 example as written, and each
+    with one thing left out (the row term of dS; v's scale), on their claims: (the report's
+    subjects by name, the run's output)."""
+    examples = {
+        "backward": (readme_backward_example(), ROW_TERM),
+        "fp8": ("import numpy as np\n\n\n" + first_python_block(FP8_HEADING), V_SCALE),
+    }
+    directory = tmp_path_factory.mktemp("readme_examples")
+    for name, (example, left_out) in examples.items():
+        assert left_out in example, name
+        (directory / f"written_{name}.py").write_text(example)
+        (directory / f"planted_{name}.py").write_text(example.replace(left_out, ""))
+    report_path = directory / "report.json"
+    selectors = [f"{kind}_{name}:attention" for name in examples for kind in ("written", "planted")]
+    run = run_suite(
+        *("--impl", ",".join(selectors), "-n", "2"),
+        *("--claims", ",".join((*BACKWARD_CLAIMS, *FP8_CLAIMS))),
+        *("--report-json", str(report_path)),
+        env_overrides={"PYTHONPATH": str(directory)},
+    )
+    assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-2000:]
+    subjects = {s["name"]: s["claims"] for s in json.loads(report_path.read_text())["subjects"]}
+    return subjects, run.stdout
+
+
+def assert_met(claims: dict, ids) -> None:
+    for claim in ids:
+        assert claims[claim]["verdict"] == "met", (claim, claims[claim])
+        assert claims[claim]["passed"] > 0, claim
+
+
+def test_the_readme_fp8_example_meets_the_fp8_claims_as_written(written_and_planted):
     """Written as the README shows it, the FP8 key/value cache callable meets FP8-SCALES,
     FP8-FORMAT and FP8-ACCURACY; with v's scale left out it fails FP8-SCALES, diagnosed as
     fp8-v-scale-dropped."""
-    example = "import numpy as np\n\n\n" + first_python_block(
-        "## FP8: the scales, the formats, where P is rounded"
-    )
-    assert V_SCALE in example
-    (tmp_path / "mykernel.py").write_text(example)
-    (tmp_path / "planted.py").write_text(example.replace(V_SCALE, ""))
-    report_path = tmp_path / "report.json"
-    run = suite(
-        *("--impl", "mykernel:attention,planted:attention", "--claims", "FP8-*", "-n", "2"),
-        *("--report-json", str(report_path)),
-        env_overrides={"PYTHONPATH": str(tmp_path)},
-    )
-    assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-2000:]
-    subjects = {s["name"]: s for s in json.loads(report_path.read_text())["subjects"]}
-    written = subjects["mykernel:attention"]["claims"]
-    for claim in ("FP8-SCALES", "FP8-FORMAT", "FP8-ACCURACY"):
-        assert written[claim]["verdict"] == "met", (claim, written[claim])
-        assert written[claim]["passed"] > 0, claim
-    assert subjects["planted:attention"]["claims"]["FP8-SCALES"]["verdict"] == "FAILED"
-    assert "diagnosis: fp8-v-scale-dropped" in run.stdout, run.stdout[-4000:]
+    subjects, output = written_and_planted
+    assert_met(subjects["written_fp8:attention"], FP8_CLAIMS)
+    assert subjects["planted_fp8:attention"]["FP8-SCALES"]["verdict"] == "FAILED"
+    assert "diagnosis: fp8-v-scale-dropped" in output, output[-4000:]
 
 
-def test_the_readme_backward_is_judged_on_the_gradients_and_meets_them_as_written(suite, tmp_path):
+def test_the_readme_backward_is_judged_on_the_gradients_and_meets_them_as_written(
+    written_and_planted,
+):
     """Written as the README shows it, the hand-written backward meets OUT-GRAD, MASK-GRAD and
     GRAD-DETERMINISM; with the row term of dS left out it fails OUT-GRAD."""
-    example = readme_backward_example()
-    assert ROW_TERM in example
-    (tmp_path / "mykernel.py").write_text(example)
-    (tmp_path / "planted.py").write_text(example.replace(ROW_TERM, ""))
-    report_path = tmp_path / "report.json"
-    run = suite(
-        *("--impl", "mykernel:attention,planted:attention"),
-        *("--claims", "OUT-GRAD,MASK-GRAD,GRAD-DETERMINISM", "-n", "2"),
-        *("--report-json", str(report_path)),
-        env_overrides={"PYTHONPATH": str(tmp_path)},
-    )
-    assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-2000:]
-    subjects = {s["name"]: s for s in json.loads(report_path.read_text())["subjects"]}
-    written = subjects["mykernel:attention"]["claims"]
-    for claim in ("OUT-GRAD", "MASK-GRAD", "GRAD-DETERMINISM"):
-        assert written[claim]["verdict"] == "met", (claim, written[claim])
-        assert written[claim]["passed"] > 0, claim
-    assert subjects["planted:attention"]["claims"]["OUT-GRAD"]["verdict"] == "FAILED"
+    subjects, _ = written_and_planted
+    assert_met(subjects["written_backward:attention"], BACKWARD_CLAIMS)
+    assert subjects["planted_backward:attention"]["OUT-GRAD"]["verdict"] == "FAILED"
 
 
 def test_the_readme_extension_example_meets_softcap_as_written(suite, tmp_path):
