@@ -49,6 +49,7 @@ def fp8_budget(out_dtype: str, p_rounding: str) -> Budget:
             f"{p_rounding}, sums in float32 and the output in {out_dtype}, plus {FP8_FLOOR_U:g}u "
             "of the output"
         ),
+        baseline=f"the naive formula with P in {p_rounding} and out in {out_dtype}",
     )
 
 

@@ -55,6 +55,7 @@ class Budget:
     floor_u: float  # the floor, in units of the dtype's unit roundoff u
     floor_scales_with_scores: bool
     reason: str
+    baseline: str | None = None  # how a failure names the baseline; None: the naive <dtype> formula
 
 
 BUDGETS = {
@@ -167,16 +168,17 @@ class Comparison:
     def describe(self) -> str:
         budget = self.budget
         scores = f" + {self.score_floor:.3e} for the scores' rounding" if self.score_floor else ""
+        baseline = budget.baseline or f"the naive {self.dtype} formula"
         if self.baseline_error == 0:
             # The naive formula in this dtype gets every element exactly: only the floor is left.
             allowance = (
-                f"allowed {self.allowed:.3e}, the floor of {budget.floor_u:g}u{scores}: the naive "
-                f"{self.dtype} formula is exact here"
+                f"allowed {self.allowed:.3e}, the floor of {budget.floor_u:g}u{scores}: "
+                f"{baseline} is exact here"
             )
         else:
             allowance = (
-                f"allowed {self.allowed:.3e} = {budget.baseline_factor:g} x the naive {self.dtype} "
-                f"formula's error {self.baseline_error:.3e} + {budget.floor_u:g}u{scores}"
+                f"allowed {self.allowed:.3e} = {budget.baseline_factor:g} x {baseline}'s error "
+                f"{self.baseline_error:.3e} + {budget.floor_u:g}u{scores}"
             )
         return (
             f"{describe_fraction(self.budget_fraction)}: max abs err {self.max_abs:.3e} at "
