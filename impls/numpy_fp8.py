@@ -24,6 +24,7 @@ from spec.fp8 import (
     SCALE_KEYWORDS,
     Fp8Scales,
     dequantized,
+    output_dtype,
     round_p,
 )
 
@@ -94,9 +95,8 @@ def checked_scales(capabilities, q, k, v, causal, scale, keywords: dict) -> Fp8S
     return Fp8Scales(convention, {name: keywords[name] for name in SCALE_KEYWORDS[convention]})
 
 
-def output_dtype(capabilities, q, scales: Fp8Scales):
-    """The declared output dtype: q's under the kv_scale convention, else fp8_output."""
-    return q.dtype.name if scales.convention == "kv_scale" else capabilities.fp8_output
+def declared_output(capabilities, q, scales: Fp8Scales) -> str:
+    return output_dtype(scales.convention, q.dtype.name, capabilities.fp8_output)
 
 
 def dequantized_attention(impl, q, k, v, *, causal, scale, **keywords):
@@ -104,27 +104,26 @@ def dequantized_attention(impl, q, k, v, *, causal, scale, **keywords):
     scales = checked_scales(impl.capabilities, q, k, v, causal, scale, keywords)
     inputs = [x.astype(np.float32) for x in dequantized(q, k, v, scales)]  # float64 products
     out = impl.attention(*inputs, causal=causal, scale=scale)
-    return as_output(out, output_dtype(impl.capabilities, q, scales))
+    return as_output(out, declared_output(impl.capabilities, q, scales))
 
 
 def flash3_attention(q, k, v, *, capabilities, causal, scale, tiled_attention, **keywords):
     """``numpy_flash``'s FP8 path: FlashAttention 3's arithmetic over ``tiled_attention``'s
     tiles (see the module's docstring)."""
     scales = checked_scales(capabilities, q, k, v, causal, scale, keywords)
-    batch, heads, kv_heads = q.shape[0], q.shape[1], k.shape[1]
 
-    def per_head(operand):  # (B, H, 1, 1), float32
-        table = scales.per_query_head(operand, batch, heads, kv_heads)
-        return table.astype(np.float32)[:, :, None, None]
-
-    score_scale = np.float32(resolve_scale(scale, q.shape[-1])) * per_head("q") * per_head("k")
+    score_scale = (
+        np.float32(resolve_scale(scale, q.shape[-1]))
+        * scales.applied("q", q, k)
+        * scales.applied("k", q, k)
+    )
     out = tiled_attention(
         *(x.astype(np.float32) for x in (q, k, v)),  # exact: the stored values
         causal=causal,
         scale=score_scale,
         rounded_weights=lambda weights: round_p(weights, capabilities.fp8_p),
     )
-    return as_output(out * per_head("v"), output_dtype(capabilities, q, scales))
+    return as_output(out * scales.applied("v", q, k), declared_output(capabilities, q, scales))
 
 
 def as_output(out: np.ndarray, dtype: str) -> np.ndarray:

@@ -38,10 +38,6 @@ class Fp8Format:
     def smallest_subnormal(self) -> float:
         return 2.0 ** (1 - self.exponent_bias - self.mantissa_bits)
 
-    @property
-    def unit_roundoff(self) -> float:
-        return 2.0 ** -(self.mantissa_bits + 1)
-
 
 FP8_FORMATS: dict[str, Fp8Format] = {
     fmt.name: fmt
@@ -232,6 +228,18 @@ class Fp8Scales:
             return np.repeat(table, heads // kv_heads, axis=1)  # (B, Hkv) -> (B, H)
         return table[:, list(self.scale_heads)]
 
+    def applied(self, operand: str, q, k) -> np.ndarray:
+        """:meth:`per_query_head` for a call of q (B, H, ...) and k (B, Hkv, ...) as a kernel
+        multiplies by it: float32 (B, H, 1, 1)."""
+        table = self.per_query_head(operand, q.shape[0], q.shape[1], k.shape[1])
+        return table.astype(np.float32)[:, :, None, None]
+
+
+def output_dtype(convention: str, q_dtype: str, fp8_output: str) -> str:
+    """The dtype an FP8 call returns: q's under the key/value cache's convention, the declared
+    ``fp8_output`` under FlashAttention 3's."""
+    return q_dtype if convention == "kv_scale" else fp8_output
+
 
 def dequantized(q, k, v, scales: Fp8Scales) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The true inputs, float64: each FP8 operand (its values as float64) times its scale, query
@@ -256,22 +264,17 @@ def fp8_baseline(
     scale in float32, then the formula in float32. Float64 out, (B, H, Tq, Dv).
     ``accumulator``: where P v is summed, a tensor core's 16 keys at a time (only a mistake sums
     narrower than float32)."""
-    batch, heads, kv_heads = q.shape[0], q.shape[1], k.shape[1]
-
-    def per_query_head(operand):  # (B, H, 1, 1), float32
-        table = scales.per_query_head(operand, batch, heads, kv_heads)
-        return table.astype(np.float32)[:, :, None, None]
 
     q32, k32, v32 = (np.asarray(x, np.float32) for x in (q, k, v))  # exact: FP8 values
     k32, v32 = repeat_kv_heads(q32, k32), repeat_kv_heads(q32, v32)  # (B, Hq, Tk, D)
     one = np.ones((1, 1, 1, 1), np.float32)
     if p_rounding == "float32":  # dequantized first: each value times its scale, in float32
         q32, k32, v32 = (
-            x * per_query_head(name) for x, name in zip((q32, k32, v32), "qkv", strict=True)
+            x * scales.applied(name, q, k) for x, name in zip((q32, k32, v32), "qkv", strict=True)
         )
         q_scale = k_scale = v_scale = one
     else:  # the scales on the scores and the output
-        q_scale, k_scale, v_scale = (per_query_head(name) for name in "qkv")
+        q_scale, k_scale, v_scale = (scales.applied(name, q, k) for name in "qkv")
     scores = q32 @ k32.swapaxes(-1, -2)  # (B, Hq, Tq, Tk), float32 sums
     scores *= np.float32(resolve_scale(scale, q.shape[-1])) * q_scale
     scores *= k_scale

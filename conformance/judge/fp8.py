@@ -30,6 +30,7 @@ from spec.fp8 import (
     quantize_per_kv_head,
     quantize_per_tensor,
 )
+from spec.fp8 import output_dtype as fp8_output_dtype
 from spec.fp8_mistakes import Fp8Call
 
 # FlashAttention's rule, as for every dtype: a few times the error of the naive formula that
@@ -92,9 +93,7 @@ def quantized(case: Case, q, k, v) -> Fp8Inputs:
 def output_dtype(subject: Subject, case: Case) -> str:
     """What the call must return: q's dtype under kv_scale, the declared fp8_output under
     descale."""
-    if case.fp8_convention == "kv_scale":
-        return case.dtype
-    return subject.client.capabilities.fp8_output
+    return fp8_output_dtype(case.fp8_convention, case.dtype, subject.client.capabilities.fp8_output)
 
 
 def call_fp8(subject: Subject, case: Case, inputs: Fp8Inputs) -> np.ndarray:
