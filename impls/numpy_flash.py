@@ -37,7 +37,8 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
-from impls.numpy_fp8 import flash3_attention, is_fp8_call
+from impls.fp8_calls import is_fp8_call
+from impls.numpy_fp8 import flash3_attention
 from spec.formula import merge_states
 
 BLOCK_M = 64  # query rows per block: 4 warps x 16 rows in the tensor-core kernel

@@ -37,8 +37,9 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
+from impls.fp8_calls import is_fp8_call
 from impls.machine import usable_cores
-from impls.numpy_fp8 import dequantized_attention, is_fp8_call
+from impls.numpy_fp8 import dequantized_attention
 from spec.formula import repeat_kv_heads
 
 try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from impls.capabilities import SCORE_FEATURES, STATE_FEATURES, every_extension_but
 from impls.contract import (
     DTYPES,
@@ -12,6 +14,7 @@ from impls.contract import (
     validate_inputs,
 )
 from impls.torch_arrays import TorchArrays, padding_zeroed, torch, visible_mask
+from impls.torch_fp8 import fp8_attention, is_torch_fp8_call
 
 
 class TorchEager(TorchArrays, Implementation):
@@ -26,11 +29,18 @@ class TorchEager(TorchArrays, Implementation):
         conventions=RAISES_ON_ALL,
         **every_extension_but(*SCORE_FEATURES, *STATE_FEATURES),
         empty_rows="nan",  # the formula's 0 / 0 for an item with no key
+        # FP8 in PyTorch's dtypes, the scores by torch._scaled_mm (impls.torch_fp8)
+        fp8=True,
+        fp8_formats=("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"),
+        fp8_p="float32",
+        fp8_output="bfloat16",
     )
 
     def __init__(self, device: str = "cpu"):
         self.device = device
         self.name = "torch_eager" if device == "cpu" else f"torch_eager_{device}"
+        if device != "cpu":  # torch._scaled_mm on CUDA wants dims in multiples of 16: unmet
+            self.capabilities = replace(self.capabilities, fp8=False)
 
     def attention_weights(self, q, k, *, causal=True, scale=None, window=None, key_lengths=None):
         variant = dict(window=window, key_lengths=key_lengths)
@@ -46,6 +56,11 @@ class TorchEager(TorchArrays, Implementation):
     def attention(
         self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **packing
     ):
+        if is_torch_fp8_call(q, k, v, packing):
+            extras = {"window": window, "key_lengths": key_lengths}
+            extras = {name: value for name, value in extras.items() if value is not None}
+            return fp8_attention(self.capabilities, q, k, v, causal=causal, scale=scale,
+                                 **extras, **packing)  # fmt: skip
         variant = dict(window=window, key_lengths=key_lengths)
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
         split = self.each_item_or_sequence(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spec.dtypes import rounded_in_storage
+from spec.dtypes import round_to, rounded_in_storage
 from spec.formula import repeat_kv_heads, resolve_scale, visible_keys
 
 
@@ -319,3 +319,29 @@ def quantize_per_kv_head(x, fmt: str, *, per_batch: bool = False) -> tuple[np.nd
     scale = np.where(amax > 0, amax / fp8_format(fmt).largest_finite, 1.0).astype(np.float32)
     shaped = scale[:, :, None, None] if per_batch else scale[None, :, None, None]
     return round_to_fp8(x / shaped.astype(np.float64), fmt), scale
+
+
+def quantize_call(q, k, v, fmt: str, convention: str, kv_scale: str | None = None,
+                  query_dtype: str | None = None):  # fmt: skip
+    """Model values q (B, Hq, Tq, D), k and v (B, Hkv, Tk, D) quantized as callers of a kernel in
+    ``convention`` quantize them: per (b, h_kv) descales under FlashAttention 3's (q's heads
+    grouped by their kv head); k and v per tensor or per kv head (``kv_scale``) under the
+    key/value cache's, q then rounded to ``query_dtype``. Returns the stored q, k, v (float64,
+    exact in their dtypes) and their Fp8Scales."""
+    if convention == "descale":
+        batch, kv_heads = k.shape[:2]
+        grouped = q.reshape(batch, kv_heads, -1, q.shape[-1])  # (B, Hq, Tq, D) -> (B, Hkv, g Tq, D)
+        stored_q, q_descale = quantize_per_kv_head(grouped, fmt, per_batch=True)
+        (stored_k, k_descale), (stored_v, v_descale) = (
+            quantize_per_kv_head(x, fmt, per_batch=True) for x in (k, v)
+        )
+        keywords = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+        return stored_q.reshape(q.shape), stored_k, stored_v, Fp8Scales("descale", keywords)
+    if kv_scale not in KV_SCALE_GRANULARITIES:
+        raise ValueError(
+            f"kv_scale={kv_scale!r}, but should be one of {', '.join(KV_SCALE_GRANULARITIES)}"
+        )
+    recipe = quantize_per_tensor if kv_scale == "tensor" else quantize_per_kv_head
+    (stored_k, k_scale), (stored_v, v_scale) = (recipe(x, fmt) for x in (k, v))
+    keywords = dict(k_scale=np.float32(k_scale), v_scale=np.float32(v_scale))  # as vLLM's
+    return round_to(q, query_dtype), stored_k, stored_v, Fp8Scales("kv_scale", keywords)

@@ -124,8 +124,20 @@ def kv_cache_call(**changes):
         "with-a-window",
     ],
 )
-def test_a_bad_fp8_call_is_refused_in_words(changes, message):
+@pytest.mark.parametrize("family", ["numpy", "torch"])
+def test_a_bad_fp8_call_is_refused_in_words(changes, message, family):
+    """The same refusals, in the same words, from each family's built-in (impls.fp8_calls)."""
     call = {name: value for name, value in kv_cache_call(**changes).items() if value is not None}
     q, k, v = call.pop("q"), call.pop("k"), call.pop("v")
+    impl = NumpyVectorised()
+    if family == "torch":
+        torch = pytest.importorskip("torch")
+        from impls.torch_eager import TorchEager
+
+        impl = TorchEager()
+        q, k, v = (
+            torch.from_numpy(x.astype(np.float32)).to(getattr(torch, str(x.dtype)))
+            for x in (q, k, v)
+        )
     with pytest.raises(AttentionInputError, match=message):
-        NumpyVectorised().attention(q, k, v, **call)
+        impl.attention(q, k, v, **call)

@@ -20,15 +20,13 @@ from conformance.judge.diagnosis import diagnose_fp8
 from conformance.judge.harness import Case, Subject
 from conformance.judge.tolerance import Budget, Comparison, compare
 from conformance.run.worker_clients import ImplementationBroke
-from spec.dtypes import round_to
 from spec.formula import reference_attention, score_rounding_sensitivity
 from spec.fp8 import (
     Fp8Scales,
     dequantized,
     fp8_baseline,
     ml_dtypes_missing,
-    quantize_per_kv_head,
-    quantize_per_tensor,
+    quantize_call,
 )
 from spec.fp8 import output_dtype as fp8_output_dtype
 from spec.fp8_mistakes import Fp8Call
@@ -69,25 +67,10 @@ class Fp8Inputs:
 
 
 def quantized(case: Case, q, k, v) -> Fp8Inputs:
-    """Model values q, k, v (float64) quantized as the case's convention's callers do: per (b,
-    h_kv) descales under FlashAttention 3's (q's heads grouped by their kv head), k and v per
-    tensor or per kv head under the key/value cache's, q then rounded to its dtype."""
-    fmt = case.fp8_format
-    if case.fp8_convention == "descale":
-        batch, kv_heads = k.shape[:2]
-        grouped = q.reshape(batch, kv_heads, -1, q.shape[-1])  # (B, Hq, Tq, D) -> (B, Hkv, g Tq, D)
-        stored_q, q_descale = quantize_per_kv_head(grouped, fmt, per_batch=True)
-        (stored_k, k_descale), (stored_v, v_descale) = (
-            quantize_per_kv_head(x, fmt, per_batch=True) for x in (k, v)
-        )
-        keywords = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
-        return Fp8Inputs(
-            stored_q.reshape(q.shape), stored_k, stored_v, Fp8Scales("descale", keywords)
-        )
-    recipe = quantize_per_tensor if case.fp8_kv_scale == "tensor" else quantize_per_kv_head
-    (stored_k, k_scale), (stored_v, v_scale) = (recipe(x, fmt) for x in (k, v))
-    keywords = dict(k_scale=np.float32(k_scale), v_scale=np.float32(v_scale))  # as vLLM's
-    return Fp8Inputs(round_to(q, case.dtype), stored_k, stored_v, Fp8Scales("kv_scale", keywords))
+    """Model values q, k, v (float64) quantized as the case's convention's callers do
+    (spec.fp8.quantize_call)."""
+    return Fp8Inputs(*quantize_call(q, k, v, case.fp8_format, case.fp8_convention,
+                                    case.fp8_kv_scale, case.dtype))  # fmt: skip
 
 
 def output_dtype(subject: Subject, case: Case) -> str:

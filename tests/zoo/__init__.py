@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from impls.contract import PlainCallable, validate_inputs
-from impls.numpy_fp8 import checked_scales, is_fp8_call
+from impls.fp8_calls import checked_scales, is_fp8_call
 from spec.state_mistakes import find_any_mistake
 
 FAMILIES = (
