@@ -111,7 +111,8 @@ def survey_fp8(implementations, seeds) -> list[tuple]:
                 if subject.missing(case):
                     continue
                 out_dtype = output_dtype(subject, case)
-                result = compare_fp8(call_fp8(subject, case, inputs), inputs, case,
+                result = compare_fp8(call_fp8(subject, case, inputs), inputs,
+                                     causal=case.causal, scale=case.scale,
                                      p_rounding=impl.capabilities.fp8_p,
                                      out_dtype=out_dtype).elements  # fmt: skip
                 worst, where, ratio, _ = results.setdefault(out_dtype, (0.0, "", 0.0, []))

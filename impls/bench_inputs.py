@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from spec.dtypes import rounded_in_storage
+from spec.fp8 import quantize_call
 
 HALF_WIDTH = 3**0.5  # uniform on [-sqrt(3), sqrt(3)): mean 0, variance 1, as randn's
 
@@ -40,3 +41,16 @@ def fresh_inputs(
         x *= 2 * HALF_WIDTH
         drawn.append(rounded_in_storage(x, dtype))
     return tuple(drawn)
+
+
+def fresh_fp8_inputs(
+    seed: int, dims: tuple[int, int, int, int, int, int], fmt: str, query_dtype: str | None = None
+):
+    """An FP8 call's inputs for ``dims``: drawn as :func:`fresh_inputs` draws float32 ones, then
+    quantized to ``fmt`` as callers quantize them (spec.fp8.quantize_call): q, k and v with
+    per (b, h_kv) descales, FlashAttention 3's convention; with ``query_dtype``, the key/value
+    cache's: q in it, k and v with a scale per kv head. Returns q, k, v (float64, exact in their
+    dtypes) and their Fp8Scales."""
+    q, k, v = fresh_inputs(seed, dims, "float32")
+    convention = "descale" if query_dtype is None else "kv_scale"
+    return quantize_call(q, k, v, fmt, convention, "kv_head", query_dtype)

@@ -51,8 +51,9 @@ class TorchArrays:
                 f"{self.name} returned {type(native).__qualname__}, but should return torch.Tensor"
             )
         native = native.detach().cpu()
-        if native.dtype == torch.bfloat16:  # NumPy has no bfloat16; float32 holds it exactly
-            native = native.float()
+        narrow_float = native.is_floating_point() and native.dtype.itemsize == 1  # FP8
+        if native.dtype == torch.bfloat16 or narrow_float:
+            native = native.float()  # NumPy has no bfloat16 or FP8; float32 holds them exactly
         return native.numpy()
 
     def dtype_name(self, native: Any) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from impls.bench_inputs import fresh_inputs
+from impls.bench_inputs import fresh_fp8_inputs, fresh_inputs
 from impls.contract import Implementation
 from impls.device_clock import AnswerStillWritten, DeviceClock
 from impls.messages import (
@@ -50,6 +50,7 @@ from impls.messages import (
 )
 from impls.sandbox import Confinement, become_subreaper, confine
 from spec.formula import page_pool
+from spec.fp8 import FP8_FORMATS
 
 Answer = Answered | Timed | Raised | Broke | NotChecked
 
@@ -297,7 +298,7 @@ def raised(exc: BaseException) -> Raised:
 
 def bench_call(
     impl, *, seed: int, dims: tuple, dtype: str, echo: bool = False, flush_cache: bool = True,
-    backward: bool = False, **keywords,
+    backward: bool = False, query_dtype: str | None = None, **keywords,
 ) -> Answer:  # fmt: skip
     """One timed call of attention on inputs drawn from ``seed`` (impls.bench_inputs), laid out
     as a plain call of the same keywords is (page pools where ``page_size`` is among them).
@@ -309,9 +310,17 @@ def bench_call(
     which measures everything but the call for the judge: the line, the draw, the layout, the
     clock's own work (on a GPU the L2 flush, the synchronisations, the answer's fingerprints)
     and the way back. ``backward``: the call is vjp, forward and backward, on a dO drawn from
-    the same seed; its gradients come back."""
-    drawn = fresh_inputs(seed, dims, dtype, grad_out=backward)
-    arrays = tuple(InputArray(x, dtype) for x in drawn)
+    the same seed; its gradients come back. ``dtype`` an FP8 format: the FP8 call of
+    impls.bench_inputs.fresh_fp8_inputs (q in ``query_dtype`` where given), its scales among the
+    call's keywords."""
+    if dtype in FP8_FORMATS:
+        *drawn, scales = fresh_fp8_inputs(seed, dims, dtype, query_dtype)
+        dtypes = (query_dtype or dtype, dtype, dtype)
+        arrays = tuple(InputArray(x, d) for x, d in zip(drawn, dtypes, strict=True))
+        keywords = {**keywords, **scales.keywords}
+    else:
+        drawn = fresh_inputs(seed, dims, dtype, grad_out=backward)
+        arrays = tuple(InputArray(x, dtype) for x in drawn)
     call = Call("vjp" if backward else "attention", arrays, keywords)
     if "page_size" in keywords:
         call = paged(call)

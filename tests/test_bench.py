@@ -207,6 +207,44 @@ def test_the_backward_is_timed_with_its_gradients_checked_and_a_wrong_one_is_not
     assert "forward and backward" in str(wrong)
 
 
+def fp8_bench(selector: str, baseline: str | None = None, query_dtype: str | None = None):
+    """An FP8 bench of ``selector`` in e4m3fn at a grouped-heads shape (two items): its result
+    or the WrongAnswer it raised."""
+    shape = BenchShape("fp8", 2, 4, 2, 64, 64, 16, "a test's")
+    clients = open_clients([selector] + ([baseline] if baseline else []))
+    try:
+        return bench_shape(
+            clients[0], clients[1] if baseline else None, shape, "float8_e4m3fn", UNBOUNDED,
+            rounds=2, settle_seconds=0.01, query_dtype=query_dtype, baseline_dtype="float32",
+        )  # fmt: skip
+    except WrongAnswer as exc:
+        return exc
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_an_fp8_call_is_timed_against_its_baseline_in_another_dtype_and_checked_as_fp8():
+    """An FP8 subject's answers are held to the formula on its dequantized inputs, within the
+    budget of the arithmetic it declares (FlashAttention 3's P in e4m3 for numpy_flash), its
+    baseline timed in its own dtype; an FP8 kernel that drops v's scale, or reads e4m3fn bytes
+    as e4m3fnuz, is not timed."""
+    timed = fp8_bench("numpy_flash", baseline="numpy")
+    assert not isinstance(timed, WrongAnswer), timed
+    assert [side.dtype for side in timed.sides] == ["float8_e4m3fn", "float32"]
+    assert timed.subject.checked >= 2
+    assert timed.subject.bytes_moved == call_bytes(timed.shape, "float8_e4m3fn")
+    assert timed.sides[1].bytes_moved == 4 * timed.subject.bytes_moved
+    kv_cache = fp8_bench("numpy_flash", query_dtype="float32")
+    assert not isinstance(kv_cache, WrongAnswer), kv_cache
+    dropped = fp8_bench("tests.zoo.fp8:v_scale_never_applied", query_dtype="float32")
+    assert isinstance(dropped, WrongAnswer), dropped
+    assert "k and v float8_e4m3fn with per-kv-head scales" in str(dropped)
+    misread = fp8_bench("tests.zoo.fp8:e4m3fn_read_as_fnuz")
+    assert isinstance(misread, WrongAnswer), misread
+    assert "||out|| / ||truth||" in str(misread)
+
+
 def test_a_time_below_the_roofline_is_not_credible_whatever_the_clocks_say():
     slow_machine = Machine("cpu", 1.0, 1.0, "a machine of one FLOP and one byte a second")
     result, _ = bench("tests.planted.clock:correct", machine=slow_machine)
@@ -320,6 +358,9 @@ def test_bad_options_get_a_clear_error():
     run = attnspec("bench")
     assert run.returncode == 2
     assert "give --impl SELECTOR (what to time), or --gates FILE" in run.stderr
+    run = attnspec("bench", "--impl", "numpy", "--kv-cache-query", "bfloat16")
+    assert run.returncode == 2
+    assert "give an FP8 --dtype too" in run.stderr
     run = attnspec("bench", "--gates", str(GATES_PATH), "--shape", "andrea", "--max-ratio", "2")
     assert run.returncode == 2
     assert "--shape and --max-ratio beside --gates" in run.stderr

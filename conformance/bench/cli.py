@@ -48,6 +48,7 @@ from conformance.run.worker_clients import (
 )
 from impls.registry import RegistryError
 from spec.dtypes import DTYPES
+from spec.fp8 import FP8_FORMATS
 
 DEFAULT_BASELINES = {"cpu": "torch_sdpa", "cuda": "torch_sdpa_cuda"}
 DEFAULT_DTYPES = {"cpu": "float32", "cuda": "bfloat16"}
@@ -106,10 +107,19 @@ def add_bench_parser(commands) -> None:
     )
     bench.add_argument(
         "--dtype",
-        choices=DTYPES,
+        choices=(*DTYPES, *FP8_FORMATS),
         metavar="DTYPE",
         help="float64, float32, float16 or bfloat16 (default: float32 on the CPU, "
-        "bfloat16 on a GPU)",
+        "bfloat16 on a GPU); or an FP8 format (float8_e4m3fn, float8_e5m2, ...): q, k and v "
+        "in it with per (batch, kv head) descales, FlashAttention 3's call, timed against the "
+        "baseline's same call in bfloat16",
+    )
+    bench.add_argument(
+        "--kv-cache-query",
+        choices=FP8_QUERY_DTYPES,
+        metavar="DTYPE",
+        help="with an FP8 --dtype, the key/value cache's call instead: q in DTYPE (float16, "
+        "bfloat16 or float32), k and v in the FP8 dtype with a scale per kv head",
     )
     bench.add_argument(
         "--max-ratio",
@@ -195,7 +205,11 @@ class Plan:
 
 
 # What a gate file fixes for each of its gates, and so may not be asked for beside it.
-SET_BY_A_GATE = ("baseline", "shape", "sweep", "dtype", "max_ratio")
+SET_BY_A_GATE = ("baseline", "shape", "sweep", "dtype", "kv_cache_query", "max_ratio")
+FP8_QUERY_DTYPES = ("float16", "bfloat16", "float32")
+# What an FP8 call is timed against: the baseline's same call in bfloat16, the dtype an FP8
+# kernel replaces
+FP8_BASELINE_DTYPE = "bfloat16"
 
 
 def plans_of(options: argparse.Namespace, gates: list[Gate]) -> list[Plan]:
@@ -224,6 +238,11 @@ def plans_of(options: argparse.Namespace, gates: list[Gate]) -> list[Plan]:
             )
             for gate in chosen
         ]  # fmt: skip
+    if getattr(options, "kv_cache_query", None) and options.dtype not in FP8_FORMATS:
+        raise BenchUsageError(
+            f"--kv-cache-query {options.kv_cache_query} times the key/value cache's FP8 call: "
+            f"give an FP8 --dtype too ({', '.join(FP8_FORMATS)}), not {options.dtype}"
+        )
     shapes = options.shape or [NAMED_SHAPES["andrea"]]
     if options.sweep:
         shapes = [shape.at_length(t) for shape in shapes for t in options.sweep]
@@ -233,10 +252,11 @@ def plans_of(options: argparse.Namespace, gates: list[Gate]) -> list[Plan]:
 
 
 def refusal(
-    client: ImplementationClient, shape: BenchShape, dtype: str, backward: bool = False
-) -> str | None:
+    client: ImplementationClient, shape: BenchShape, dtype: str, backward: bool = False,
+    query_dtype: str | None = None,
+) -> str | None:  # fmt: skip
     """Why ``client`` cannot be timed at ``shape`` in ``dtype`` (its backward too, with
-    ``backward``), or None."""
+    ``backward``; q in ``query_dtype`` under an FP8 dtype), or None."""
     caps = client.capabilities
     if client.unavailable_reason():
         return f"{client.name} cannot run here: {client.unavailable_reason()}"
@@ -244,7 +264,11 @@ def refusal(
         return f"{client.name} declares no backward (Capabilities.autograd)"
     if backward and "page_size" in shape.keywords:
         return f"{shape.name} reads a page pool, which no backward is asked to differentiate"
-    if dtype not in caps.dtypes:
+    if dtype in FP8_FORMATS:
+        why = fp8_refusal(client, shape, dtype, backward, query_dtype)
+        if why:
+            return why
+    elif dtype not in caps.dtypes:
         return f"{client.name} does not declare {dtype} (it declares {', '.join(caps.dtypes)})"
     if not caps.supports_head_dim(shape.head_dim):
         return f"{client.name} does not declare head dim {shape.head_dim}"
@@ -256,6 +280,30 @@ def refusal(
     missing = [feature for feature in needed if not caps.declares(feature)]
     if missing:
         return f"{client.name} does not declare {', '.join(missing)}, which {shape.name} needs"
+    return None
+
+
+def fp8_refusal(
+    client: ImplementationClient, shape: BenchShape, fmt: str, backward: bool,
+    query_dtype: str | None,
+) -> str | None:  # fmt: skip
+    """Why ``client``'s FP8 call in ``fmt`` cannot be timed at ``shape``, or None."""
+    caps = client.capabilities
+    convention = "descale" if query_dtype is None else "kv_scale"
+    if not caps.fp8:
+        return f"{client.name} does not declare fp8 (FP8 operands with scales)"
+    if backward:
+        return "an FP8 call is timed forward only: no claim judges an FP8 backward"
+    if shape.keywords:
+        return f"{shape.name} needs {', '.join(shape.keywords)}, which no FP8 call takes here"
+    if fmt not in caps.fp8_formats:
+        return f"{client.name} does not declare {fmt} (it declares {', '.join(caps.fp8_formats)})"
+    if convention not in caps.fp8_conventions:
+        return f"{client.name} does not declare the {convention} convention"
+    if convention == "kv_scale" and "kv_head" not in caps.fp8_kv_scales:
+        return f"{client.name} does not declare a scale per kv head (Capabilities.fp8_kv_scales)"
+    if query_dtype is not None and query_dtype not in caps.dtypes:
+        return f"{client.name} does not declare q in {query_dtype}"
     return None
 
 
@@ -282,8 +330,9 @@ def machine_for(device: str, dtype: str) -> Machine:
     rated = rated_gpu(name, dtype)
     if rated is None:
         raise RegistryError(
-            f"no rated figures for {name}: a GPU bench checks every time against its roofline, "
-            "and knows H200, H100 and A100 (conformance/bench/roofline.py)"
+            f"no rated figures for {name} in {dtype}: a GPU bench checks every time against its "
+            "roofline, and knows H200 and H100 (FP8 included) and A100 (no FP8) "
+            "(conformance/bench/roofline.py)"
         )
     return rated
 
@@ -360,12 +409,17 @@ def run_bench(options: argparse.Namespace) -> BenchRun:
             baseline_name = plan.baseline if plan.baseline != "" else DEFAULT_BASELINES[device]
             baseline = client(baseline_name) if baseline_name else None
             dtype = plan.dtype or DEFAULT_DTYPES[device]
-            if (device, dtype) not in machines:
-                machines[device, dtype] = machine_for(device, dtype)
+            query_dtype = getattr(options, "kv_cache_query", None)
+            baseline_dtype = FP8_BASELINE_DTYPE if dtype in FP8_FORMATS else dtype
+            for timed_dtype in {dtype, baseline_dtype}:
+                if (device, timed_dtype) not in machines:
+                    machines[device, timed_dtype] = machine_for(device, timed_dtype)
             machine = machines[device, dtype]
             for shape in plan.shapes:
-                why = refusal(subject, shape, dtype, backward)
-                baseline_why = baseline is not None and refusal(baseline, shape, dtype, backward)
+                why = refusal(subject, shape, dtype, backward, query_dtype)
+                baseline_why = baseline is not None and refusal(
+                    baseline, shape, baseline_dtype, backward
+                )
                 if not why and baseline_why:
                     other = "" if plan.gate_id else " (another: --baseline NAME, or none)"
                     why = f"{baseline_why}{other}"
@@ -376,7 +430,8 @@ def run_bench(options: argparse.Namespace) -> BenchRun:
                     result = bench_shape(
                         subject, baseline, shape, dtype, machine, rounds=options.rounds,
                         causal=plan.causal, warm=options.warm, max_ratio=plan.max_ratio,
-                        backward=backward,
+                        backward=backward, query_dtype=query_dtype, baseline_dtype=baseline_dtype,
+                        baseline_machine=machines[device, baseline_dtype],
                     )  # fmt: skip
                 except WrongAnswer as exc:
                     problems.append(f"{shape.name}: {exc}")
@@ -399,6 +454,7 @@ def run_bench(options: argparse.Namespace) -> BenchRun:
     verdicts = [r.verdict for r in results if r.verdict is not None]
     settings = {
         "dtype": results[0].dtype if results else None,
+        "kv_cache_query": getattr(options, "kv_cache_query", None),
         "causal": results[0].causal if results else None,
         "pass": results[0].timed_pass if results else None,
         "rounds": options.rounds, "warm": options.warm, "settle_seconds": SETTLE_SECONDS,

@@ -34,9 +34,11 @@ from conformance.bench.fairness import FREEZE, OFF, Quiet, unfair
 from conformance.bench.roofline import Machine, call_bytes, call_flops
 from conformance.bench.shapes import BenchShape
 from conformance.bench.timing import SETTLE_SECONDS
+from conformance.judge.fp8 import Fp8Inputs, compare_fp8
 from conformance.judge.tolerance import compare_gradients, compare_to_oracle
 from conformance.run.worker_clients import ImplementationClient
-from impls.bench_inputs import fresh_inputs
+from impls.bench_inputs import fresh_fp8_inputs, fresh_inputs
+from spec.fp8 import FP8_FORMATS, output_dtype
 
 ECHO_PROBES = 3  # requests that call nothing, for the line's own cost, before the first call
 CHECK_SHARE = 0.25  # the chance that a timed call's answer is checked
@@ -76,6 +78,9 @@ class TimedSide:
     judge_clock: bool = True
     fairness: str = FREEZE  # what the other sides' workers undergo while this one is timed
     backward: bool = False  # time vjp, forward and backward, and check its gradients
+    # an FP8 dtype: q's dtype where the call is in the key/value cache's convention (None: q in
+    # the FP8 dtype with the descales, FlashAttention 3's)
+    query_dtype: str | None = None
     device_activity: DeviceActivity | None = None  # the GPU's samples, where it is one
     seconds: list[float] = field(default_factory=list)  # the worker's, timed calls only
     # the CPU each other side's worker ran during each of this side's timed calls, by name
@@ -98,7 +103,8 @@ class TimedSide:
         started = time.perf_counter()
         seconds, output = self.client.bench_call(
             seed, self.shape.dims, self.dtype, echo=echo, flush_cache=self.flush_cache,
-            causal=self.causal, backward=self.backward, **self.shape.keywords,
+            causal=self.causal, backward=self.backward, query_dtype=self.query_dtype,
+            **self.shape.keywords,
         )  # fmt: skip
         return seconds, output, time.perf_counter() - started
 
@@ -149,15 +155,17 @@ class TimedSide:
         if self.backward:
             self.check_gradients(seed, output, heads, which)
             return
-        out = output.array
-        q, k, v = fresh_inputs(seed, self.shape.dims, self.dtype)
-        out = np.asarray(out, np.float64)
+        out = np.asarray(output.array, np.float64)
         expected = (self.shape.batch, self.shape.heads, self.shape.tq, self.shape.head_dim)
         if out.shape != expected:
             raise WrongAnswer(
                 f"{self.client.name} returned shape {out.shape} in {which}, but should return "
                 f"{expected} [{self.shape.describe()}]"
             )
+        if self.dtype in FP8_FORMATS:
+            self.check_fp8(seed, out, heads, which)
+            return
+        q, k, v = fresh_inputs(seed, self.shape.dims, self.dtype)
         group = self.shape.heads // self.shape.kv_heads
         pairs = self.shape.batch * self.shape.heads
         variant = {n: v for n, v in self.shape.keywords.items() if n != "page_size"}
@@ -176,6 +184,35 @@ class TimedSide:
                     f"timed: {comparison.describe()} [{self.shape.describe()} {self.dtype}]"
                 )
         self.checked += 1
+
+    def check_fp8(self, seed: int, out: np.ndarray, heads: int, which: str) -> None:
+        """The FP8 call's answer against the float64 formula on its dequantized inputs, within
+        the budget of the arithmetic the implementation declares (conformance.judge.fp8), on
+        ``heads`` (item, head) pairs drawn now."""
+        inputs = Fp8Inputs(*fresh_fp8_inputs(seed, self.shape.dims, self.dtype, self.query_dtype))
+        caps = self.client.capabilities
+        out_dtype = output_dtype(inputs.scales.convention, self.query_dtype, caps.fp8_output)
+        pairs = self.shape.batch * self.shape.heads
+        for index in self.choices.choice(pairs, size=min(heads, pairs), replace=False):
+            b, h = divmod(int(index), self.shape.heads)
+            comparison = compare_fp8(
+                out[b : b + 1, h : h + 1], inputs.one_head(b, h), causal=self.causal,
+                scale=None, p_rounding=caps.fp8_p, out_dtype=out_dtype,
+            )  # fmt: skip
+            self.worst_fraction = max(self.worst_fraction, comparison.elements.budget_fraction)
+            if not comparison.ok:
+                raise WrongAnswer(
+                    f"{self.client.name} is wrong in {which} (item {b}, head {h}), so it is not "
+                    f"timed: {comparison.describe()} [{self.describe()}]"
+                )
+        self.checked += 1
+
+    def describe(self) -> str:
+        """The timed call in words: its shape and dtypes."""
+        if self.query_dtype is not None:
+            return (f"{self.shape.describe()}, q {self.query_dtype}, k and v {self.dtype} with "
+                    "per-kv-head scales")  # fmt: skip
+        return f"{self.shape.describe()} {self.dtype}"
 
     def check_gradients(self, seed: int, grads, heads: int, which: str) -> None:
         """dq, dk, dv of the vjp call drawn from ``seed``, each group of query heads with its
@@ -258,6 +295,7 @@ class SideResult:
     worst_fraction: float
     # the CPU each other side's worker ran during each of this side's timed calls, by name
     others_ran: dict[str, list[float]] = field(default_factory=dict)
+    dtype: str = ""  # the dtype this side was timed in (an FP8 subject's baseline: bfloat16)
 
     @property
     def median(self) -> float:
@@ -287,7 +325,7 @@ def side_result(side: TimedSide, machine: Machine) -> SideResult:
         )
     return SideResult(
         side.client.name, list(side.seconds), flops, bytes_moved, bound, why_not is None,
-        why_not, side.checked, side.worst_fraction, dict(side.others_ran),
+        why_not, side.checked, side.worst_fraction, dict(side.others_ran), side.dtype,
     )  # fmt: skip
 
 
@@ -359,19 +397,35 @@ def bench_shape(
     settle_seconds: float = SETTLE_SECONDS,
     side_options: dict | None = None,
     backward: bool = False,
+    query_dtype: str | None = None,
+    baseline_dtype: str | None = None,
+    baseline_machine: Machine | None = None,
 ) -> ShapeResult:
     """Validate both sides at ``shape``, then time them in alternation, ``rounds`` calls each,
     each call after ``settle_seconds`` of quiet (a library's threads spinning down). Raises
     WrongAnswer where a checked answer is wrong. ``side_options``: TimedSide's switches, for the
-    tests that plant cheaters."""
+    tests that plant cheaters. An FP8 ``dtype`` (q in ``query_dtype`` where given) is timed
+    against the baseline's call in ``baseline_dtype`` on ``baseline_machine``'s roofline."""
     clients = [subject] + ([baseline] if baseline is not None else [])
     options = dict(side_options or {})
     if len(clients) > 1 and any(client.device == "cuda" for client in clients):
         options.setdefault("device_activity", DeviceActivity.of_machine())
+    calls = [(dtype, query_dtype, machine), (baseline_dtype or dtype, None,
+                                             baseline_machine or machine)]  # fmt: skip
     sides = [
-        TimedSide(client, shape, dtype, causal, flush_cache=not warm, backward=backward, **options)
-        for client in clients
+        TimedSide(
+            client,
+            shape,
+            side_dtype,
+            causal,
+            flush_cache=not warm,
+            backward=backward,
+            query_dtype=side_query,
+            **options,
+        )
+        for client, (side_dtype, side_query, _) in zip(clients, calls, strict=False)
     ]
+    machines = [side_machine for _, _, side_machine in calls[: len(sides)]]
     for side in sides:
         side.probe_line(ECHO_PROBES)
         side.validate()
@@ -380,10 +434,14 @@ def bench_shape(
             time.sleep(settle_seconds)
             others = [other.client for other in sides if other is not side]
             side.timed_call(others, last=number == rounds - 1)
-    results = [side_result(side, machine) for side in sides]
+    results = [side_result(side, m) for side, m in zip(sides, machines, strict=True)]
     if any(result.median < result.bound_seconds for result in results):
-        machine = machine.at_best()  # the peaks again, before a time is called impossible
-        results = [side_result(side, machine) for side in sides]
+        # the peaks again, before a time is called impossible (once a machine: a side's
+        # baseline is most often timed on its own)
+        again = {id(m): m.at_best() for m in {id(m): m for m in machines}.values()}
+        machines = [again[id(m)] for m in machines]
+        machine = machines[0]
+        results = [side_result(side, m) for side, m in zip(sides, machines, strict=True)]
     ratio = verdict = None
     credible = all(result.credible for result in results)
     if baseline is not None and credible:

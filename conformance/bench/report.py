@@ -12,14 +12,16 @@ Schema ``attnspec-bench/1``::
       "machine": {"kind": "cpu" | GPU name, "flops_per_second": x, "bytes_per_second": x,
                   "source": "...",          # measured now (CPU) or rated (GPU), and how
                   "clocks": {...} | null},  # a GPU's clocks as nvidia-smi reported them
-      "settings": {"dtype": ..., "causal": true, "pass": "forward" | "forward+backward",
+      "settings": {"dtype": ..., "kv_cache_query": null | dtype,  # q's, for an FP8 KV cache
+                   "causal": true, "pass": "forward" | "forward+backward",
                    "rounds": n, "warm": false, "settle_seconds": x, "check_share": x},
       "results": [
         {"shape": {"name": ..., "dims": [B, H, Hkv, Tq, Tk, D], "keywords": {...},
                    "source": "..."},
          "pass": "forward" | "forward+backward",  # what was timed: attention, or vjp
          "implementations": [              # the subject first, then its baseline
-           {"name": ..., "median_seconds": x, "min_seconds": x, "max_seconds": x,
+           {"name": ..., "dtype": ...,      # the side's (an FP8 subject's baseline: bfloat16)
+            "median_seconds": x, "min_seconds": x, "max_seconds": x,
             "seconds": [x, ...],           # the worker's, each timed call
             "flops": x, "flops_per_second": x, "bytes": x,
             "roofline_seconds": x,         # the least time the machine allows the call
@@ -62,13 +64,16 @@ def rate(flops_per_second: float) -> str:
     return f"{flops_per_second / 1e9:.1f} GFLOP/s"
 
 
-def side_row(shape: str, side: SideResult) -> tuple[str, ...]:
+def side_row(shape: str, side: SideResult, dtype: str) -> tuple[str, ...]:
+    """A side's row; its name says its dtype where it is not the bench's ``dtype`` (an FP8
+    subject's baseline, timed in bfloat16)."""
     low, high = min(side.seconds), max(side.seconds)
     spread = f"{milliseconds(low)}-{milliseconds(high)}"
+    name = side.name if side.dtype in ("", dtype) else f"{side.name} ({side.dtype})"
     if not side.credible:
-        return (shape, side.name, milliseconds(side.median), spread, "-", "-", "NOT CREDIBLE")
+        return (shape, name, milliseconds(side.median), spread, "-", "-", "NOT CREDIBLE")
     return (
-        shape, side.name, milliseconds(side.median), spread, rate(side.flops_per_second),
+        shape, name, milliseconds(side.median), spread, rate(side.flops_per_second),
         f"{side.fraction_of_bound:.2f}", "",
     )  # fmt: skip
 
@@ -89,7 +94,7 @@ def table_lines(results: list[ShapeResult]) -> list[str]:
     for result in results:
         label = result.shape.name + (" fwd+bwd" if result.backward else "")
         for n, side in enumerate(result.sides):
-            rows.append(side_row(label if n == 0 else "", side))
+            rows.append(side_row(label if n == 0 else "", side, result.dtype))
         if len(result.sides) > 1:
             rows.append(ratio_row(result))
     return text_table(rows)
@@ -98,6 +103,7 @@ def table_lines(results: list[ShapeResult]) -> list[str]:
 def side_json(side: SideResult) -> dict:
     return {
         "name": side.name,
+        "dtype": side.dtype,
         "median_seconds": side.median,
         "min_seconds": min(side.seconds),
         "max_seconds": max(side.seconds),

@@ -11,6 +11,7 @@ their source.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import numpy as np
 
 from conformance.bench.timing import attention_flops
 from spec.dtypes import ITEM_SIZE
+from spec.fp8 import FP8_FORMATS
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,13 @@ def call_bytes(shape, dtype: str, backward: bool = False) -> float:
     ``backward``, q, k, v and dO read and dq, dk, dv written."""
     query_rows, key_rows = shape.heads * shape.tq, shape.kv_heads * shape.tk
     rows = 3 * query_rows + 4 * key_rows if backward else 2 * query_rows + 2 * key_rows
-    return float(shape.batch * shape.head_dim * rows * ITEM_SIZE[dtype])
+    return float(shape.batch * shape.head_dim * rows * item_size(dtype))
+
+
+def item_size(dtype: str) -> int:
+    """Bytes per element; an FP8 call's counted at 1 for every array, the least it moves (q
+    and the output may be wider)."""
+    return 1 if dtype in FP8_FORMATS else ITEM_SIZE[dtype]
 
 
 GEMM_SIZE = 1024
@@ -90,15 +98,27 @@ def _best_seconds(call, rounds: int = ROUNDS) -> float:
 
 def _gemm_rates(dtype: str) -> dict[str, float]:
     """FLOP/s of a GEMM_SIZE^3 matrix product, best of ROUNDS, by each library at hand that has
-    the dtype (NumPy's BLAS in float32 and float64; torch in every dtype)."""
+    the dtype (NumPy's BLAS in float32 and float64; torch in every dtype, FP8 by
+    torch._scaled_mm). A dtype narrower than float32 has float32's rates too: a CPU kernel may
+    widen its values to compute (torch's bfloat16 SDPA does, at many times its bfloat16 GEMM's
+    rate on a CPU without bfloat16 instructions), and the roofline is the least time of any."""
     n = GEMM_SIZE
     rates = {}
     if dtype in ("float32", "float64"):
         a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
         rates["numpy"] = 2.0 * n**3 / _best_seconds(lambda: a @ a)
+    else:
+        rates = {f"{name} float32": rate for name, rate in _gemm_rates("float32").items()}
     try:
         import torch
     except ImportError:
+        return rates
+    if dtype in FP8_FORMATS:
+        t, one = torch.randn(n, n).to(getattr(torch, dtype)), torch.tensor(1.0)
+        product = functools.partial(
+            torch._scaled_mm, t, t.t(), scale_a=one, scale_b=one, out_dtype=torch.float32
+        )
+        rates["torch._scaled_mm"] = 2.0 * n**3 / _best_seconds(product)
         return rates
     t = torch.randn(n, n, dtype=getattr(torch, dtype))
     rates["torch"] = 2.0 * n**3 / _best_seconds(lambda: t @ t)
@@ -128,7 +148,10 @@ def measure_cpu(dtype: str) -> Machine:
 # Rated dense peaks (the vendors' data sheets, SXM parts; FLOP/s without sparsity) and memory
 # bandwidth. float32 is the CUDA cores' rate: a kernel on TF32 tensor cores would beat it, and
 # TF32 is not float32 arithmetic.
-HOPPER = {"bfloat16": 989e12, "float16": 989e12, "float32": 67e12, "float64": 34e12}
+HOPPER = {
+    "float8_e4m3fn": 1979e12, "float8_e5m2": 1979e12,  # FP8 tensor cores: twice bfloat16's
+    "bfloat16": 989e12, "float16": 989e12, "float32": 67e12, "float64": 34e12,
+}  # fmt: skip
 RATED_GPUS = {
     "H200": (HOPPER, 4.8e12),
     "H100": (HOPPER, 3.35e12),
@@ -137,9 +160,10 @@ RATED_GPUS = {
 
 
 def rated_gpu(device_name: str, dtype: str) -> Machine | None:
-    """The rated roofline of the GPU whose name contains a known model, or None."""
+    """The rated roofline of the GPU whose name contains a known model, in ``dtype`` where it
+    has a rate for it (the A100 has no FP8), or None."""
     for model, (rates, bandwidth) in RATED_GPUS.items():
-        if model in device_name:
+        if model in device_name and dtype in rates:
             return Machine(
                 device_name,
                 rates[dtype],

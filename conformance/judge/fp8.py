@@ -65,6 +65,24 @@ class Fp8Inputs:
     def dequantized(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return dequantized(self.q, self.k, self.v, self.scales)
 
+    def one_head(self, item: int, head: int) -> Fp8Inputs:
+        """Query head ``head`` of batch item ``item`` with its kv head and their scales, a call
+        of its own (B = H = Hkv = 1)."""
+        kv = head // (self.q.shape[1] // self.k.shape[1])
+        keywords = {}
+        for name, scale in self.scales.keywords.items():
+            scale = np.asarray(scale)
+            if scale.ndim == 2:  # (B, Hkv)
+                scale = scale[item : item + 1, kv : kv + 1]
+            elif scale.ndim == 1:  # (Hkv,)
+                scale = scale[kv : kv + 1]
+            keywords[name] = scale
+        one = (slice(item, item + 1), slice(head, head + 1))
+        kv_one = (slice(item, item + 1), slice(kv, kv + 1))
+        return Fp8Inputs(
+            self.q[one], self.k[kv_one], self.v[kv_one], Fp8Scales(self.scales.convention, keywords)
+        )
+
 
 def quantized(case: Case, q, k, v) -> Fp8Inputs:
     """Model values q, k, v (float64) quantized as the case's convention's callers do
@@ -129,10 +147,12 @@ class Fp8Comparison:
         return f"{self.elements.describe()}; ||out|| / ||truth|| = {self.norm_ratio:.4g}"
 
 
-def compare_fp8(out, inputs: Fp8Inputs, case: Case, *, p_rounding: str, out_dtype: str):
+def compare_fp8(
+    out, inputs: Fp8Inputs, *, causal: bool, scale: float | None, p_rounding: str, out_dtype: str
+) -> Fp8Comparison:
     """``out`` against the float64 formula on the dequantized inputs, with the naive formula
     rounded where the implementation declares (``p_rounding``, ``out_dtype``) as baseline."""
-    options = dict(causal=case.causal, scale=case.scale)
+    options = dict(causal=causal, scale=scale)
     true_q, true_k, true_v = inputs.dequantized()
     truth = reference_attention(true_q, true_k, true_v, **options)
     baseline = fp8_baseline(inputs.q, inputs.k, inputs.v, inputs.scales, p_rounding=p_rounding,
@@ -162,7 +182,7 @@ def assert_fp8_matches(subject: Subject, case: Case, out: np.ndarray, inputs: Fp
     call = Fp8Call(*(inputs.q, inputs.k, inputs.v), inputs.scales, case.fp8_format, caps.fp8_p,
                    output_dtype(subject, case), options)  # fmt: skip
     comparison = compare_fp8(
-        out, inputs, case, p_rounding=call.p_rounding, out_dtype=call.out_dtype
+        out, inputs, **options, p_rounding=call.p_rounding, out_dtype=call.out_dtype
     )
     subject.notes.note_budget_fraction(comparison.elements.budget_fraction, call.out_dtype)
     if not comparison.ok:

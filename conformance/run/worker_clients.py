@@ -434,15 +434,18 @@ class ImplementationClient:
 
     def bench_call(
         self, seed: int, dims: tuple, dtype: str, *, echo: bool = False, flush_cache: bool = True,
-        causal: bool = True, backward: bool = False, **variant,
+        causal: bool = True, backward: bool = False, query_dtype: str | None = None, **variant,
     ) -> tuple[float, OutputArray | tuple[OutputArray, ...]]:  # fmt: skip
         """One timed call on inputs the worker draws from ``seed`` (impls.bench_inputs): the
         worker's seconds and the answer (q itself, untimed, with ``echo``); with ``backward``,
         the vjp's, its gradients a tuple."""
-        backward_only = {"backward": True} if backward else {}  # a forward's call as it was
+        # only where given: a plain forward's request as it always was
+        given = {"backward": True} if backward else {}
+        if query_dtype is not None:  # an FP8 call in the key/value cache's convention
+            given["query_dtype"] = query_dtype
         return self.request(
             "bench_call", [], seed=seed, dims=tuple(dims), dtype=dtype, echo=echo,
-            flush_cache=flush_cache, causal=causal, scale=None, **backward_only, **variant,
+            flush_cache=flush_cache, causal=causal, scale=None, **given, **variant,
         )  # fmt: skip
 
     def merge_states(self, outputs, lses):
