@@ -1,7 +1,8 @@
-"""Extensions, FP8 as serving kernels run it: the scales, the formats, and accuracy where P's
-rounding breaks (FP8-SCALES, FP8-FORMAT, FP8-ACCURACY). Inputs are quantized as callers quantize
-them (spec.fp8's recipes); conformance.judge.fp8 holds the output to the float64 formula on the
-dequantized inputs within the budget of the arithmetic the implementation declares."""
+"""Extensions, FP8 as serving kernels run it: the scales, the formats, accuracy where P's
+rounding breaks, and a NaN stored (FP8-SCALES, FP8-FORMAT, FP8-ACCURACY, FP8-NAN). Inputs are
+quantized as callers quantize them (spec.fp8's recipes); conformance.judge.fp8 holds the output to
+the float64 formula on the dequantized inputs within the budget of the arithmetic the
+implementation declares."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ from conformance.judge.harness import Case, Subject
 from spec.dtypes import round_to
 from spec.fp8 import FP8_FORMATS, Fp8Scales, fp8_format, round_to_fp8
 
-# The convention of an FP8 call, and under the key/value cache's, how fine its scales are
-SCALINGS = [("descale", None), ("kv_scale", "tensor"), ("kv_scale", "kv_head")]
-SCALING_IDS = ["descale", "kv_scale-per-tensor", "kv_scale-per-kv-head"]
+# The convention of an FP8 call; under the key/value cache's, how fine its scales are, and
+# whether its cache is a page pool (of 16 keys a page, vLLM's)
+SCALINGS = [
+    ("descale", None, None), ("kv_scale", "tensor", None), ("kv_scale", "kv_head", None),
+    ("kv_scale", "kv_head", 16),
+]  # fmt: skip
+SCALING_IDS = ["descale", "kv_scale-per-tensor", "kv_scale-per-kv-head", "kv_scale-paged"]
 # q's dtype under the key/value cache's convention: the narrowest the implementation declares
 QUERY_DTYPES = ("bfloat16", "float16", "float32")
 
@@ -61,19 +66,23 @@ def per_head_amplitudes(subject: Subject, case: Case, *shapes) -> list[np.ndarra
     return arrays
 
 
-def scales_call(subject: Subject, convention: str, kv_scale: str | None):
+def scales_call(subject: Subject, convention: str, kv_scale: str | None, page_size=None):
     """FP8-SCALES' call: two items, grouped heads, every (b, kv head) at its own amplitude, so
-    that every scale differs from every other and from 1."""
+    that every scale differs from every other and from 1; with ``page_size``, k and v in page
+    pools, as vLLM keeps its FP8 cache."""
     _, _, fmt = first_declared(subject)
-    case = fp8_case(subject, convention, kv_scale, fmt, batch=2, heads=4, tq=80, head_dim=64)
+    case = fp8_case(subject, convention, kv_scale, fmt, batch=2, heads=4, tq=80, head_dim=64,
+                    page_size=page_size)  # fmt: skip
     q, k, v = per_head_amplitudes(subject, case, case.q_shape, case.k_shape, case.v_shape)
     return case, quantized(case, q, k, v)
 
 
 @pytest.mark.claim("FP8-SCALES")
-@pytest.mark.parametrize(("convention", "kv_scale"), SCALINGS, ids=SCALING_IDS)
-def test_each_scale_is_applied_once_to_its_operand_by_kv_head(subject, convention, kv_scale):
-    case, inputs = scales_call(subject, convention, kv_scale)
+@pytest.mark.parametrize(("convention", "kv_scale", "page_size"), SCALINGS, ids=SCALING_IDS)
+def test_each_scale_is_applied_once_to_its_operand_by_kv_head(
+    subject, convention, kv_scale, page_size
+):
+    case, inputs = scales_call(subject, convention, kv_scale, page_size)
     assert_fp8_matches(subject, case, call_fp8(subject, case, inputs), inputs)
 
 
@@ -166,6 +175,37 @@ ACCURACY_CASES = [
 @pytest.mark.parametrize(("shape", "draw"), ACCURACY_CASES)
 def test_fp8_output_within_the_budget_of_its_declared_rounding(subject, shape, draw):
     case, inputs = accuracy_call(subject, shape, draw)
+    assert_fp8_matches(subject, case, call_fp8(subject, case, inputs), inputs)
+
+
+# Where FP8-NAN plants its NaN: (operand, its index (b, head, position, d)), each read by outputs
+# the formula makes NaN and beside outputs it leaves alone: a query's row 5 (the other rows
+# not); the first key, which every row sees (the other items not); the first value's column 7
+# (the other columns not).
+NAN_PLANTS = [("q", (0, 1, 5, 3)), ("k", (1, 0, 0, 2)), ("v", (0, 0, 0, 7))]
+
+
+def nan_call(subject: Subject, fmt: str, operand: str, index: tuple):
+    """FP8-NAN's call: FP8-SCALES' draw, two items and grouped heads, in ``fmt``, a NaN stored in
+    ``operand`` at ``index``."""
+    convention, kv_scale, _ = first_declared(subject)
+    if operand == "q" and convention == "kv_scale":
+        pytest.skip("under the key/value cache's convention q is not FP8")
+    case = fp8_case(subject, convention, kv_scale, fmt, batch=2, heads=4, tq=48, head_dim=16)
+    q, k, v = per_head_amplitudes(subject, case, case.q_shape, case.k_shape, case.v_shape)
+    inputs = quantized(case, q, k, v)
+    planted = {name: getattr(inputs, name).copy() for name in "qkv"}
+    planted[operand][index] = np.nan
+    return case, Fp8Inputs(planted["q"], planted["k"], planted["v"], inputs.scales)
+
+
+@pytest.mark.claim("FP8-NAN")
+@pytest.mark.parametrize(("operand", "index"), NAN_PLANTS, ids=[op for op, _ in NAN_PLANTS])
+@pytest.mark.parametrize("fmt", list(FP8_FORMATS))
+def test_a_nan_in_an_fp8_operand_reaches_the_outputs_that_read_it(subject, fmt, operand, index):
+    if subject.client.capabilities.fp8_nan != "propagate":
+        pytest.skip(f"{subject.name} declares fp8_nan={subject.client.capabilities.fp8_nan!r}")
+    case, inputs = nan_call(subject, fmt, operand, index)
     assert_fp8_matches(subject, case, call_fp8(subject, case, inputs), inputs)
 
 

@@ -12,7 +12,13 @@ from typing import Any
 
 from spec.dtypes import check_dtype
 from spec.features import FEATURES
-from spec.fp8 import FP8_CONVENTIONS, FP8_FORMATS, KV_SCALE_GRANULARITIES, P_ROUNDINGS
+from spec.fp8 import (
+    FP8_CONVENTIONS,
+    FP8_FORMATS,
+    KV_SCALE_GRANULARITIES,
+    NAN_HANDLINGS,
+    P_ROUNDINGS,
+)
 
 # Where widely used kernels disagree on purpose, the contract names the conventions and accepts
 # each; an implementation may declare the one it follows (Capabilities.conventions), and the
@@ -135,13 +141,15 @@ class Capabilities:
     # FP8 inputs with their scales (spec.fp8): the conventions it takes (FP8_CONVENTIONS), the
     # formats its FP8 operands may have (FP8_FORMATS), the key/value cache's scale granularities
     # (KV_SCALE_GRANULARITIES), where it rounds P (P_ROUNDINGS), and the dtype of its output
-    # under FlashAttention 3's descale convention (the kv_scale convention's is q's)
+    # under FlashAttention 3's descale convention (the kv_scale convention's is q's); what it
+    # does with a NaN stored in an FP8 operand (NAN_HANDLINGS)
     fp8: bool = False
     fp8_conventions: tuple[str, ...] = ("descale", "kv_scale")
     fp8_formats: tuple[str, ...] = ("float8_e4m3fn",)
     fp8_kv_scales: tuple[str, ...] = tuple(KV_SCALE_GRANULARITIES)
     fp8_p: str = "float32"
     fp8_output: str = "bfloat16"
+    fp8_nan: str = "propagate"
 
     def __post_init__(self) -> None:
         if not self.dtypes:
@@ -198,6 +206,7 @@ class Capabilities:
             ("fp8_formats", self.fp8_formats, FP8_FORMATS),
             ("fp8_kv_scales", self.fp8_kv_scales, KV_SCALE_GRANULARITIES),
             ("fp8_p", (self.fp8_p,), P_ROUNDINGS),
+            ("fp8_nan", (self.fp8_nan,), NAN_HANDLINGS),
         ):
             if (self.fp8 and not values) or any(value not in vocabulary for value in values):
                 raise ValueError(
@@ -253,7 +262,7 @@ class Capabilities:
         if self.fp8:
             text += (
                 f"; fp8 {','.join(self.fp8_conventions)} in {','.join(self.fp8_formats)}, "
-                f"P in {self.fp8_p}"
+                f"P in {self.fp8_p}, NaN {self.fp8_nan}"
             )
         if self.paged and self.page_sizes is not None:
             text += "; page sizes " + ",".join(map(str, self.page_sizes))

@@ -306,7 +306,8 @@ def fp8_declaration(fn: Callable, accepted: set[str]) -> dict:
     """A plain callable's FP8 declaration: a convention by accepting its scales' keywords
     (q_descale, k_descale, v_descale; k_scale, v_scale), the rest as attributes, as in
     fn.fp8_formats = ("float8_e4m3fn",), fn.fp8_p = "e4m3_offset8", fn.fp8_output = "float32",
-    fn.fp8_kv_scales = ("kv_head",); their defaults are Capabilities'."""
+    fn.fp8_kv_scales = ("kv_head",), fn.fp8_nan = "unspecified"; their defaults are
+    Capabilities'."""
     conventions = tuple(
         convention
         for convention, keywords in FP8_SCALE_KEYWORDS.items()
@@ -314,7 +315,7 @@ def fp8_declaration(fn: Callable, accepted: set[str]) -> dict:
     )
     if not conventions:
         return {}
-    attributes = ("fp8_formats", "fp8_kv_scales", "fp8_p", "fp8_output")
+    attributes = ("fp8_formats", "fp8_kv_scales", "fp8_p", "fp8_output", "fp8_nan")
     declared = {name: getattr(fn, name) for name in attributes if hasattr(fn, name)}
     declared = {n: tuple(v) if isinstance(v, list | tuple) else v for n, v in declared.items()}
     return {"fp8": True, "fp8_conventions": conventions, **declared}

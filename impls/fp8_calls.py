@@ -16,6 +16,8 @@ from impls.validation import AttentionInputError, validate_inputs
 from spec.fp8 import FP8_FORMATS, SCALE_KEYWORDS, Fp8Scales, output_dtype
 
 FP8_KEYWORDS = tuple(name for names in SCALE_KEYWORDS.values() for name in names)
+# A paged FP8 cache's keywords: k and v page pools (pages, page_size, Hkv, D), as vLLM keeps them
+PAGED_KEYWORDS = ("block_table", "page_size", "key_lengths")
 
 
 def numpy_dtype_name(x) -> str:
@@ -35,7 +37,8 @@ def checked_scales(
 ) -> Fp8Scales:  # fmt: skip
     """The call's scales in its convention, after the checks a kernel's entry point makes; an
     AttentionInputError names the first thing wrong. ``query_dtypes``: those q may have under the
-    key/value cache's convention, where q is not FP8."""
+    key/value cache's convention, where q is not FP8. With PAGED_KEYWORDS, where the
+    implementation declares paged, k and v are page pools."""
     given = {name for name in FP8_KEYWORDS if name in keywords}
     conventions = [c for c, names in SCALE_KEYWORDS.items() if given & set(names)]
     if len(conventions) != 1:
@@ -48,7 +51,12 @@ def checked_scales(
     if convention not in capabilities.fp8_conventions:
         raise AttentionInputError(f"the {convention} convention is not declared")
     missing = [name for name in SCALE_KEYWORDS[convention] if name not in keywords]
-    others = sorted(set(keywords) - given)
+    paging = {name: keywords[name] for name in PAGED_KEYWORDS if name in keywords}
+    if paging and not capabilities.paged:
+        raise AttentionInputError(
+            f"a paged FP8 call ({', '.join(paging)}), but paged is not declared"
+        )
+    others = sorted(set(keywords) - given - set(paging))
     if missing or others:
         raise AttentionInputError(
             f"an FP8 call in the {convention} convention takes "
@@ -73,8 +81,8 @@ def checked_scales(
             f"{dtypes['k']}, v {dtypes['v']}"
         )
     shapes_only = [np.broadcast_to(np.float32(0), tuple(x.shape)) for x in (q, k, v)]
-    validate_inputs(*shapes_only, causal=causal, scale=scale, gqa=True)
-    batch, kv_heads = k.shape[0], k.shape[1]
+    validate_inputs(*shapes_only, causal=causal, scale=scale, gqa=True, **paging)
+    batch, kv_heads = q.shape[0], k.shape[2] if paging else k.shape[1]
     shapes = {
         "descale": [(batch, kv_heads)],
         "kv_scale": [()] * ("tensor" in capabilities.fp8_kv_scales)

@@ -351,7 +351,8 @@ class NumpyFlash(NumpyArrays, Implementation):
             extras = {name: value for name, value in extras.items() if value is not None}
             return flash3_attention(
                 q, k, v, capabilities=self.capabilities, causal=causal, scale=scale,
-                tiled_attention=tiled_attention, **extras, **variant,
+                tiled_attention=tiled_attention, paged_attention=self.paged_attention,
+                **extras, **variant,
             )  # fmt: skip
         block_table = variant.pop("block_table", None)
         page_size = variant.pop("page_size", None)
@@ -395,7 +396,8 @@ class NumpyFlash(NumpyArrays, Implementation):
         out = np.zeros((batch, heads, tq, v_pool.shape[-1]), dtype=q.dtype)  # (B, H, Tq, Dv)
         lse = np.full((batch, heads, tq), -np.inf, dtype=q.dtype)  # (B, H, Tq)
         table = np.asarray(block_table)
-        scale = resolve_scale(scale, q.shape[-1])
+        # a float, or an FP8 call's (B, H, 1, 1) scales per head, which each item takes its row of
+        scale = resolve_scale(scale, q.shape[-1]) if np.ndim(scale) == 0 else scale
         for b, length in enumerate(int(n) for n in key_lengths):
             rows = tq if query_lengths is None else int(query_lengths[b])
             if length == 0:
@@ -405,7 +407,7 @@ class NumpyFlash(NumpyArrays, Implementation):
                 q[b : b + 1, :, :rows],
                 keys,
                 causal=causal,
-                scale=scale,
+                scale=scale if np.ndim(scale) == 0 else scale[b : b + 1],
                 with_lse=True,
                 window=window,
                 **modifiers,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from impls.fp8_calls import checked_scales, declared_output
+from impls.fp8_calls import PAGED_KEYWORDS, checked_scales, declared_output
 from spec.dtypes import rounded_in_storage
 from spec.formula import resolve_scale
 from spec.fp8 import dequantized, round_p
@@ -30,25 +30,29 @@ def dequantized_attention(impl, q, k, v, *, causal, scale, **keywords):
     return as_output(out, declared_output(impl.capabilities, q.dtype.name, scales))
 
 
-def flash3_attention(q, k, v, *, capabilities, causal, scale, tiled_attention, **keywords):
+def flash3_attention(
+    q, k, v, *, capabilities, causal, scale, tiled_attention, paged_attention, **keywords
+):
     """``numpy_flash``'s FP8 path: FlashAttention 3's arithmetic over ``tiled_attention``'s
-    tiles (see the module's docstring)."""
+    tiles, or ``paged_attention``'s where k and v are page pools (see the module's docstring)."""
     scales = checked_scales(capabilities, q, k, v, causal, scale, keywords)
-
+    paging = {name: keywords[name] for name in PAGED_KEYWORDS if name in keywords}
+    kv_heads = k.shape[2] if paging else k.shape[1]  # (pages, page_size, Hkv, D) or (B, Hkv, ..)
     score_scale = (
         np.float32(resolve_scale(scale, q.shape[-1]))
-        * scales.applied("q", q, k)
-        * scales.applied("k", q, k)
-    )
-    out = tiled_attention(
-        *(x.astype(np.float32) for x in (q, k, v)),  # exact: the stored values
-        causal=causal,
-        scale=score_scale,
-        rounded_weights=lambda weights: round_p(weights, capabilities.fp8_p),
-    )
-    return as_output(
-        out * scales.applied("v", q, k), declared_output(capabilities, q.dtype.name, scales)
-    )
+        * scales.applied("q", q, k, kv_heads)
+        * scales.applied("k", q, k, kv_heads)
+    )  # (B, H, 1, 1)
+    stored = [x.astype(np.float32) for x in (q, k, v)]  # exact: the stored values
+    rounded = {"rounded_weights": lambda weights: round_p(weights, capabilities.fp8_p)}
+    if paging:
+        out = paged_attention(*stored, paging["block_table"], causal=causal, scale=score_scale,
+                              key_lengths=paging["key_lengths"], window=None, return_lse=False,
+                              **rounded)  # fmt: skip
+    else:
+        out = tiled_attention(*stored, causal=causal, scale=score_scale, **rounded)
+    out_dtype = declared_output(capabilities, q.dtype.name, scales)
+    return as_output(out * scales.applied("v", q, k, kv_heads), out_dtype)
 
 
 def as_output(out: np.ndarray, dtype: str) -> np.ndarray:

@@ -183,6 +183,12 @@ P_ROUNDINGS: dict[str, str] = {
     "e4m3_offset8": "P * 2^8 rounded to e4m3fn and the 2^8 divided out after PV, so that small "
     "weights stay normal (FlashAttention 3)",
 }
+# What an implementation does with a NaN stored in an FP8 operand (Capabilities.fp8_nan)
+NAN_HANDLINGS: dict[str, str] = {
+    "propagate": "the formula's: every output that reads the NaN is NaN, and every other output "
+    "is as it would be (FP8-NAN holds it)",
+    "unspecified": "not declared: the outputs that read a NaN may be anything (FP8-NAN skipped)",
+}
 P_OFFSET_EXPONENT = 8  # e4m3_offset8's
 ACCUMULATED_KEYS = 16  # the keys one tensor-core instruction sums into its accumulator
 
@@ -228,10 +234,11 @@ class Fp8Scales:
             return np.repeat(table, heads // kv_heads, axis=1)  # (B, Hkv) -> (B, H)
         return table[:, list(self.scale_heads)]
 
-    def applied(self, operand: str, q, k) -> np.ndarray:
-        """:meth:`per_query_head` for a call of q (B, H, ...) and k (B, Hkv, ...) as a kernel
-        multiplies by it: float32 (B, H, 1, 1)."""
-        table = self.per_query_head(operand, q.shape[0], q.shape[1], k.shape[1])
+    def applied(self, operand: str, q, k, kv_heads: int | None = None) -> np.ndarray:
+        """:meth:`per_query_head` for a call of q (B, H, ...) and k (B, Hkv, ...), or ``kv_heads``
+        where k is a page pool, as a kernel multiplies by it: float32 (B, H, 1, 1)."""
+        kv_heads = k.shape[1] if kv_heads is None else kv_heads
+        table = self.per_query_head(operand, q.shape[0], q.shape[1], kv_heads)
         return table.astype(np.float32)[:, :, None, None]
 
 
@@ -293,8 +300,8 @@ def fp8_baseline(
             keys = slice(start, start + ACCUMULATED_KEYS)
             out = rounded_in_storage(out + weights[..., keys] @ v32[..., keys, :], accumulator)
     out = out * v_scale
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.where(total > 0, out / np.where(total > 0, total, 1), 0).astype(np.float32)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a row that read a NaN stays NaN
+        out = np.where(total == 0, 0, out / np.where(total == 0, 1, total)).astype(np.float32)
     return rounded_in_storage(out, out_dtype).astype(np.float64)
 
 

@@ -60,6 +60,12 @@ class Fp8Call:
         ]
 
 
+def fp8_operands(call: Fp8Call) -> str:
+    """The operands stored in FP8: all three under the descales, k and v under the key/value
+    cache's scales."""
+    return "qkv" if call.scales.convention == "descale" else "kv"
+
+
 @dataclass(frozen=True)
 class Fp8Mistake:
     name: str  # stable: reports, the zoo and the README use it
@@ -149,9 +155,8 @@ def _scale_without_batch(call: Fp8Call) -> np.ndarray:
 for _read in FP8_FORMATS:
 
     def _misread(call: Fp8Call, read=_read) -> np.ndarray:
-        fp8_operands = "qkv" if call.scales.convention == "descale" else "kv"
         operands = {
-            name: reinterpreted(getattr(call, name), call.fmt, read) for name in fp8_operands
+            name: reinterpreted(getattr(call, name), call.fmt, read) for name in fp8_operands(call)
         }
         return call.baseline(**operands)
 
@@ -162,6 +167,30 @@ for _read in FP8_FORMATS:
         "vLLM #45562: e4m3fn as e4m3fnuz, every value halved)",
         lambda call, read=_read: call.fmt != read,
     )(_misread)
+
+
+# The number a NaN byte would be without its format's NaN encoding, as a hand-written decoder
+# reads it: e4m3fn's S.1111.111 as an IEEE-style e4m3 decodes it (1.875 x 2^8); e5m2's NaN 0x7E
+# with exponent 31 taken as finite (1.5 x 2^16); the fnuz pair's 0x80 as negative zero
+NAN_BYTE_AS_NUMBER = {
+    "float8_e4m3fn": 480.0, "float8_e5m2": 98304.0, "float8_e4m3fnuz": 0.0, "float8_e5m2fnuz": 0.0,
+}  # fmt: skip
+
+
+@fp8_mistake(
+    "fp8-nan-as-a-number",
+    "a NaN stored in an FP8 operand read as the number its bits would be without the format's NaN "
+    "(e4m3fn's 0x7F as 480, the fnuz pair's 0x80 as 0)",
+    "a hand-written decoder (a lookup table, or bit shifts into a float32) without the format's "
+    "special values",
+    lambda call: any(np.isnan(getattr(call, name)).any() for name in fp8_operands(call)),
+)
+def _nan_as_a_number(call: Fp8Call) -> np.ndarray:
+    number = NAN_BYTE_AS_NUMBER[call.fmt]
+    return call.baseline(**{
+        name: np.where(np.isnan(getattr(call, name)), number, getattr(call, name))
+        for name in fp8_operands(call)
+    })  # fmt: skip
 
 
 @fp8_mistake(

@@ -83,9 +83,13 @@ def test_a_plain_callable_declares_fp8_by_its_scales_keywords_and_attributes():
 
     fa3.fp8_p, fa3.fp8_formats = "e4m3_offset8", ["float8_e4m3fn", "float8_e5m2"]
     caps = PlainCallable(fa3, "fa3").capabilities
-    assert (caps.fp8, caps.fp8_conventions, caps.fp8_p, caps.fp8_formats) == (
-        True, ("descale",), "e4m3_offset8", ("float8_e4m3fn", "float8_e5m2"),
+    assert (caps.fp8, caps.fp8_conventions, caps.fp8_p, caps.fp8_formats, caps.fp8_nan) == (
+        True, ("descale",), "e4m3_offset8", ("float8_e4m3fn", "float8_e5m2"), "propagate",
     )  # fmt: skip
+    fa3.fp8_nan = "unspecified"
+    assert PlainCallable(fa3, "fa3").capabilities.fp8_nan == "unspecified"
+    with pytest.raises(ValueError, match="fp8_nan='zero', but should name one of propagate"):
+        Capabilities(dtypes=("float32",), fp8=True, fp8_nan="zero")
 
     def half(q, k, v, *, causal=True, scale=None, k_scale=None):  # v_scale missing: not declared
         return q

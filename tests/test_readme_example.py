@@ -38,7 +38,7 @@ ROW_TERM = "- (grad_out * (p @ v)).sum(-1, keepdims=True)"
 V_SCALE = " * np.reshape(v_scale, (-1, 1, 1))"
 FP8_HEADING = "## FP8: the scales, the formats, where P is rounded"
 BACKWARD_CLAIMS = ("OUT-GRAD", "MASK-GRAD", "GRAD-DETERMINISM")
-FP8_CLAIMS = ("FP8-SCALES", "FP8-FORMAT", "FP8-ACCURACY")
+FP8_CLAIMS = ("FP8-SCALES", "FP8-FORMAT", "FP8-ACCURACY", "FP8-NAN")
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +76,8 @@ def assert_met(claims: dict, ids) -> None:
 
 def test_the_readme_fp8_example_meets_the_fp8_claims_as_written(written_and_planted):
     """Written as the README shows it, the FP8 key/value cache callable meets FP8-SCALES,
-    FP8-FORMAT and FP8-ACCURACY; with v's scale left out it fails FP8-SCALES, diagnosed as
-    fp8-v-scale-dropped."""
+    FP8-FORMAT, FP8-ACCURACY and FP8-NAN; with v's scale left out it fails FP8-SCALES, diagnosed
+    as fp8-v-scale-dropped."""
     subjects, output = written_and_planted
     assert_met(subjects["written_fp8:attention"], FP8_CLAIMS)
     assert subjects["planted_fp8:attention"]["FP8-SCALES"]["verdict"] == "FAILED"

@@ -114,8 +114,10 @@ def call_fp8(subject: Subject, case: Case, inputs: Fp8Inputs) -> np.ndarray:
             (inputs.v, case.fp8_format),
         )
     ]
+    # a page pool's size: the worker lays k and v out as pools (spec.formula.page_pool)
+    paging = {} if case.page_size is None else {"page_size": case.page_size}
     answer = client.attention(
-        *natives, causal=case.causal, scale=case.scale, **inputs.scales.keywords
+        *natives, causal=case.causal, scale=case.scale, **inputs.scales.keywords, **paging
     )
     expected = output_dtype(subject, case)
     if client.dtype_name(answer) != expected:
@@ -131,20 +133,35 @@ def call_fp8(subject: Subject, case: Case, inputs: Fp8Inputs) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Fp8Comparison:
-    """An FP8 output's error element by element (``elements``, what decides), the truth, and
-    the ratio of its norm to the truth's, which a failure reports: a scale lost or applied twice
-    shows there as the scale itself, where the cosine stays 1."""
+    """An FP8 output's error element by element (``elements``, what decides, over the outputs
+    that read no NaN), the truth, the ratio of its norm to the truth's, which a failure reports
+    (a scale lost or applied twice shows there as the scale itself, where the cosine stays 1),
+    and where the outputs that read a NaN stored in an operand are not NaN."""
 
     elements: Comparison
     truth: np.ndarray
-    norm_ratio: float  # ||out|| / ||truth||
+    norm_ratio: float  # ||out|| / ||truth|| over the outputs that read no NaN
+    nan_lost: str | None = None  # the outputs that read a NaN but are numbers, in words
 
     @property
     def ok(self) -> bool:
-        return self.elements.ok
+        return self.elements.ok and self.nan_lost is None
 
     def describe(self) -> str:
-        return f"{self.elements.describe()}; ||out|| / ||truth|| = {self.norm_ratio:.4g}"
+        described = f"{self.elements.describe()}; ||out|| / ||truth|| = {self.norm_ratio:.4g}"
+        return described if self.nan_lost is None else f"{self.nan_lost}; {described}"
+
+
+def nan_lost(out: np.ndarray, reads_nan: np.ndarray) -> str | None:
+    """Where outputs that read a NaN (``reads_nan``) are numbers, in words, or None."""
+    lost = reads_nan & ~np.isnan(out)
+    if not lost.any():
+        return None
+    first = tuple(int(i) for i in np.argwhere(lost)[0])
+    return (
+        f"{np.count_nonzero(lost)} of the {np.count_nonzero(reads_nan)} outputs that read a NaN "
+        f"stored in an operand are numbers, first at {first}: {out[first]!r}, but should be nan"
+    )
 
 
 def compare_fp8(
@@ -154,23 +171,29 @@ def compare_fp8(
     rounded where the implementation declares (``p_rounding``, ``out_dtype``) as baseline."""
     options = dict(causal=causal, scale=scale)
     true_q, true_k, true_v = inputs.dequantized()
-    truth = reference_attention(true_q, true_k, true_v, **options)
-    baseline = fp8_baseline(inputs.q, inputs.k, inputs.v, inputs.scales, p_rounding=p_rounding,
-                            out_dtype=out_dtype, **options)  # fmt: skip
+    with np.errstate(invalid="ignore"):
+        truth = reference_attention(true_q, true_k, true_v, **options)
+        baseline = fp8_baseline(inputs.q, inputs.k, inputs.v, inputs.scales,
+                                p_rounding=p_rounding, out_dtype=out_dtype, **options)  # fmt: skip
+    # A NaN stored in an operand (FP8-NAN): the outputs that read it must be NaN, and the others
+    # are held to the budget of the call without it (its NaN taken as 0)
+    reads_nan = np.isnan(truth)
+    finite_q, finite_k, finite_v = (np.nan_to_num(x, nan=0.0) for x in (true_q, true_k, true_v))
+    answer, truth_read, baseline = (np.where(reads_nan, 0.0, x) for x in (out, truth, baseline))
     elements = compare(
-        out,
-        truth,
+        answer,
+        truth_read,
         baseline,
         dtype=out_dtype,
-        magnitude=float(np.abs(true_v).max()),
+        magnitude=float(np.abs(finite_v).max()),
         score_rounding=lambda: float(
-            score_rounding_sensitivity(true_q, true_k, true_v, **options).max()
+            score_rounding_sensitivity(finite_q, finite_k, finite_v, **options).max()
         ),
         budgets={out_dtype: fp8_budget(out_dtype, p_rounding)},
     )
     with np.errstate(invalid="ignore", over="ignore"):
-        norm_ratio = float(np.linalg.norm(out) / np.linalg.norm(truth))
-    return Fp8Comparison(elements, truth, norm_ratio)
+        norm_ratio = float(np.linalg.norm(answer) / np.linalg.norm(truth_read))
+    return Fp8Comparison(elements, truth, norm_ratio, nan_lost(out, reads_nan))
 
 
 def assert_fp8_matches(subject: Subject, case: Case, out: np.ndarray, inputs: Fp8Inputs) -> None:

@@ -20,12 +20,13 @@ from impls.contract import resolve_scale
 from spec.dtypes import rounded_in_storage
 from spec.formula import visible_keys
 from spec.fp8 import reinterpreted, round_to_fp8
+from spec.fp8_mistakes import NAN_BYTE_AS_NUMBER
 from tests.zoo import correct_variant, mutant
 
 TILE = 128  # keys per tile, FlashAttention 3's
 # What a correct member is judged on in the project's tests: its plain calls are float attention,
 # which other members own
-FP8_CLAIMS = ("FP8-SCALES", "FP8-FORMAT", "FP8-ACCURACY")
+FP8_CLAIMS = ("FP8-SCALES", "FP8-FORMAT", "FP8-ACCURACY", "FP8-NAN")
 LOG2_E = math.log2(math.e)
 
 
@@ -54,6 +55,11 @@ def fp8_kernel(q, k, v, *, causal, scale, q_descale=None, k_descale=None, v_desc
         if q_descale is not None:
             q = reinterpreted(q.astype(np.float64), fmt, read)
         k, v = (reinterpreted(x.astype(np.float64), fmt, read) for x in (k, v))
+    if bug == "nan-as-a-number":
+        number = NAN_BYTE_AS_NUMBER[fmt]
+        if q_descale is not None:
+            q = np.nan_to_num(q.astype(np.float64), nan=number)
+        k, v = (np.nan_to_num(x.astype(np.float64), nan=number) for x in (k, v))
     work = np.float64 if q.dtype == np.float64 else np.float32  # a plain float64 call's own
     q, k, v = (np.asarray(x, work) for x in (q, k, v))
     k, v = (
@@ -108,8 +114,8 @@ def fp8_kernel(q, k, v, *, causal, scale, q_descale=None, k_descale=None, v_desc
         else:
             acc = acc + weights @ v[..., keys, :]
         top = new_top
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.where(total > 0, acc / (total * offset), work(0))
+    with np.errstate(invalid="ignore", divide="ignore"):  # a row that read a NaN stays NaN
+        out = np.where(total == 0, work(0), acc / (total * offset))
     return out * scales.get("v", one)
 
 
@@ -198,6 +204,14 @@ def p_rounded_without_the_offset(q, k, v, *, causal=True, scale=None, enable_gqa
 def pv_accumulated_in_bfloat16(q, k, v, *, causal=True, scale=None, enable_gqa=False,
                                q_descale=None, k_descale=None, v_descale=None):  # fmt: skip
     """P v summed in a bfloat16 accumulator, 16 keys at a time (FlashAttention PR #2250)."""
+
+
+@mutant("fp8", "FP8-NAN", mistake="fp8-nan-as-a-number")
+@fp8_member("nan-as-a-number")
+def nan_byte_read_as_a_number(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                              q_descale=None, k_descale=None, v_descale=None):  # fmt: skip
+    """A hand-written decoder without e4m3fn's NaN: the byte 0x7F read as 480, so that a NaN in
+    the cache becomes a large number and the output a plausible one."""
 
 
 # --- correct variants ----------------------------------------------------------------------------
