@@ -128,6 +128,7 @@ def kv_cache_call(**changes):
         "with-a-window",
     ],
 )
+@pytest.mark.optional_libraries
 @pytest.mark.parametrize("family", ["numpy", "torch"])
 def test_a_bad_fp8_call_is_refused_in_words(changes, message, family):
     """The same refusals, in the same words, from each family's built-in (impls.fp8_calls)."""
