@@ -57,7 +57,7 @@ class TorchArrays:
         return native.numpy()
 
     def dtype_name(self, native: Any) -> str:
-        return str(native.dtype).removeprefix("torch.")
+        return torch_dtype_name(native)
 
     def device_of(self, native: Any) -> str:
         return native.device.type
@@ -105,6 +105,16 @@ class TorchArrays:
                 *inputs[:3], causal=causal, scale=scale, return_lse=True, **variant
             )
             return torch.autograd.grad(outputs, inputs, (grad_out, grad_lse))
+
+
+def torch_dtype_name(native: Any) -> str:
+    """A tensor's dtype by the suite's name: torch.float8_e4m3fn as float8_e4m3fn."""
+    return str(native.dtype).removeprefix("torch.")
+
+
+def repeated_heads(q, kv):
+    """k or v (B, Hkv, T, D) as (B, Hq, T, D): query head h reads head h // (Hq / Hkv)."""
+    return kv.repeat_interleave(q.shape[-3] // kv.shape[-3], dim=-3)
 
 
 def query_positions(tq: int, tk: int, device, key_lengths=None) -> Any:

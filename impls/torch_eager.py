@@ -13,7 +13,13 @@ from impls.contract import (
     resolve_scale,
     validate_inputs,
 )
-from impls.torch_arrays import TorchArrays, padding_zeroed, torch, visible_mask
+from impls.torch_arrays import (
+    TorchArrays,
+    padding_zeroed,
+    repeated_heads,
+    torch,
+    visible_mask,
+)
 from impls.torch_fp8 import fp8_attention, is_torch_fp8_call
 
 
@@ -70,8 +76,3 @@ class TorchEager(TorchArrays, Implementation):
             return split
         weights = self.attention_weights(q, k, causal=causal, scale=scale, **variant)
         return weights @ padding_zeroed(repeated_heads(q, v), key_lengths)  # (B, H, Tq, Dv)
-
-
-def repeated_heads(q, kv):
-    """k or v (B, Hkv, T, D) as (B, Hq, T, D): query head h reads head h // (Hq / Hkv)."""
-    return kv.repeat_interleave(q.shape[-3] // kv.shape[-3], dim=-3)

@@ -13,25 +13,21 @@ The entry point's checks are every family's (impls.fp8_calls).
 from __future__ import annotations
 
 from impls.fp8_calls import checked_scales, declared_output, is_fp8_call
-from impls.torch_arrays import torch, visible_mask
+from impls.torch_arrays import repeated_heads, torch, torch_dtype_name, visible_mask
 from spec.formula import resolve_scale
 from spec.fp8 import Fp8Scales
 
 QUERY_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
-def dtype_name(x) -> str:
-    return str(x.dtype).removeprefix("torch.")
-
-
 def is_torch_fp8_call(q, k, v, keywords: dict) -> bool:
-    return is_fp8_call(q, k, v, keywords, dtype_name=dtype_name)
+    return is_fp8_call(q, k, v, keywords, dtype_name=torch_dtype_name)
 
 
 def fp8_attention(capabilities, q, k, v, *, causal, scale, **keywords):
     """The FP8 call's output, (B, Hq, Tq, Dv) in the convention's dtype (see the docstring)."""
     scales = checked_scales(capabilities, q, k, v, causal, scale, keywords,
-                            dtype_name=dtype_name, query_dtypes=QUERY_DTYPES)  # fmt: skip
+                            dtype_name=torch_dtype_name, query_dtypes=QUERY_DTYPES)  # fmt: skip
     softmax_scale = resolve_scale(scale, q.shape[-1])
     if scales.convention == "descale":
         scores = scaled_scores(q, k, scales) * softmax_scale  # (B, Hq, Tq, Tk) float32
@@ -45,13 +41,13 @@ def fp8_attention(capabilities, q, k, v, *, causal, scale, **keywords):
         tq, tk = scores.shape[-2:]
         scores = scores.masked_fill(~visible_mask(tq, tk, scores.device), float("-inf"))
     out = torch.softmax(scores, dim=-1) @ values  # (B, Hq, Tq, Dv) float32
-    return out.to(getattr(torch, declared_output(capabilities, dtype_name(q), scales)))
+    return out.to(getattr(torch, declared_output(capabilities, torch_dtype_name(q), scales)))
 
 
 def dequantized(x, scales: Fp8Scales, name: str, q, k):
     """Operand ``name`` in float32 at q's heads (B, Hq, T, D), times its scale (1 for a q in its
     own dtype), query head h taking kv head h // g's."""
-    widened = x.to(torch.float32).repeat_interleave(q.shape[1] // x.shape[1], dim=1)
+    widened = repeated_heads(q, x.to(torch.float32))
     applied = scales.applied(name, q, k)  # NumPy float32, (B, Hq, 1, 1)
     return widened * torch.as_tensor(applied, device=q.device)
 
