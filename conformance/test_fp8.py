@@ -133,26 +133,33 @@ def test_fp8_values_are_read_in_their_format_over_its_whole_range(subject, fmt):
     assert_fp8_matches(subject, case, call_fp8(subject, case, inputs), inputs)
 
 
-def dominant_key(subject: Subject, case: Case, gap: float):
+def dominant_key(subject: Subject, case: Case, gap: float, spread: float = 0.5):
     """q along one direction u, |u|^2 = D, and the first key along it with a score ``gap`` above
     the others, as an attention sink's first token: every other key's weight near exp(-gap), a
-    row's many small weights, in every tile a kernel reads after the first."""
+    row's many small weights, in every tile a kernel reads after the first. ``spread``: the
+    other keys' size, and with it how far their scores spread around 0."""
     u = subject.rng.standard_normal(case.head_dim)
     u *= np.sqrt(case.head_dim) / np.linalg.norm(u)
     q = u + 0.5 * subject.rng.standard_normal(case.q_shape)
-    k = 0.5 * subject.rng.standard_normal(case.k_shape)
+    k = spread * subject.rng.standard_normal(case.k_shape)
     k[..., 0, :] = gap / np.sqrt(case.head_dim) * u  # its score about gap
     v = subject.rng.standard_normal(case.v_shape)
     return q, k, v
 
 
 def accuracy_call(subject: Subject, shape: dict, draw: str):
-    """FP8-ACCURACY's call of ``shape``: a dominant first key, near-uniform keys (scores near 0:
-    every weight near the row's largest), or standard normal inputs."""
+    """FP8-ACCURACY's call of ``shape``: a dominant first key; a dominant first key over a flat
+    tail (every other weight about exp(-7.5), 2^-10.8, which e4m3 without P's offset rounds to
+    0, their sum about half the row's, and values with a common part of 1, so that what the tail
+    adds does not average away); near-uniform keys (scores near 0: every weight near the row's
+    largest); or standard normal inputs."""
     convention, kv_scale, fmt = first_declared(subject)
     case = fp8_case(subject, convention, kv_scale, fmt, batch=1, heads=4, head_dim=64, **shape)
     if draw == "dominant":
         q, k, v = dominant_key(subject, case, gap=8.0)
+    elif draw == "flat-tail":
+        q, k, v = dominant_key(subject, case, gap=7.5, spread=0.05)
+        v = v + 1.0
     else:
         q, k, v = (
             subject.rng.standard_normal(s) for s in (case.q_shape, case.k_shape, case.v_shape)
@@ -164,6 +171,7 @@ def accuracy_call(subject: Subject, shape: dict, draw: str):
 
 ACCURACY_CASES = [
     pytest.param(dict(tq=64, tk=1024), "dominant", id="first-key-of-1024-dominant"),
+    pytest.param(dict(tq=64, tk=1024), "flat-tail", id="1023-weights-under-2^-10"),
     pytest.param(dict(tq=64, tk=1024), "uniform", id="1024-near-uniform-keys"),
     pytest.param(dict(tq=129, tk=129), "normal", id="Tk=129"),
     pytest.param(dict(tq=257, tk=257), "normal", id="Tk=257"),

@@ -59,6 +59,15 @@ def flash_entry_point(dtype: str, head_dim: int, softcap: bool = False) -> str:
     return f"flash_{prefix}_d{head_dim}" + ("_softcap" if softcap else "")
 
 
+# The FP8 formats the FP8 kernels read, by their PTX names
+FP8_KERNEL_FORMATS = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+
+
+def fp8_entry_point(fp8_format: str, head_dim: int) -> str:
+    """The FP8 kernel (FlashAttention 3's convention) for ``fp8_format`` and ``head_dim``."""
+    return f"flash_{FP8_KERNEL_FORMATS[fp8_format]}_d{head_dim}"
+
+
 SOURCES = {
     "cupy_naive": KernelSource(
         "cupy_naive.cu", (), ("attention_scores", "softmax_rows", "weighted_values")
@@ -77,7 +86,8 @@ SOURCES = {
             for head_dim in FLASH_HEAD_DIMS
             for softcap in (False, True)
             for kernel in backward_entry_points(head_dim, softcap)
-        ),
+        )
+        + tuple(fp8_entry_point(fmt, d) for fmt in FP8_KERNEL_FORMATS for d in FLASH_HEAD_DIMS),
     ),
 }
 

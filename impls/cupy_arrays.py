@@ -7,7 +7,11 @@ bfloat16: CuPy has no bfloat16 dtype, so a bfloat16 array is carried as its 16-b
 ``uint16`` CuPy array (the upper half of the float32 with the same value); ``from_numpy`` makes
 such arrays, ``to_numpy`` widens them to float32 exactly, and ``dtype_name`` reports ``uint16``
 as ``bfloat16``. Inputs must be C-contiguous CuPy arrays on the current device; anything else is
-rejected with the reason, never copied behind the caller's back. CuPy compiles with
+rejected with the reason, never copied behind the caller's back.
+
+FP8: CuPy has no FP8 dtypes either, and one byte holds a value of any of four formats, so an FP8
+array is an :class:`Fp8DeviceArray`: its bytes in a ``uint8`` CuPy array beside the name of their
+format (spec.fp8), which ``dtype_name`` reports. CuPy compiles with
 ``-ftz=true``: float32 results below the smallest normal (1.2e-38) are flushed to zero.
 
 cupy is optional: without it, or without a CUDA device, both implementations exist, declare what
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,6 +34,8 @@ from impls.contract import (
 from impls.cuda_kernels import COMMON_OPTIONS, SOURCES
 from impls.numpy_flash import BLOCK_M
 from spec.dtypes import numpy_storage
+from spec.fp8 import FP8_FORMATS
+from spec.fp8 import numpy_dtype as fp8_numpy_dtype
 
 try:
     import cupy
@@ -59,6 +66,38 @@ def bfloat16_bits(array: np.ndarray) -> np.ndarray:
 def bfloat16_values(bits: np.ndarray) -> np.ndarray:
     """float32 values of uint16 bfloat16 patterns (exact)."""
     return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+@dataclass(frozen=True)
+class Fp8DeviceArray:
+    """An FP8 array on a CUDA device: its bytes (a C-contiguous ``uint8`` cupy.ndarray) and their
+    format, one of spec.fp8.FP8_FORMATS."""
+
+    bits: Any
+    format: str
+
+    def __post_init__(self):
+        if self.format not in FP8_FORMATS:
+            raise ValueError(
+                f"format={self.format!r}, but should be one of {', '.join(FP8_FORMATS)}"
+            )
+        if getattr(self.bits, "dtype", None) != np.uint8:
+            raise TypeError(
+                f"bits of dtype {getattr(self.bits, 'dtype', type(self.bits).__name__)}, but "
+                "should be uint8 (one byte per FP8 value)"
+            )
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.bits.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.bits.ndim
+
+    @property
+    def dtype(self) -> str:
+        return self.format
 
 
 class CupyArrays:
@@ -93,6 +132,9 @@ class CupyArrays:
     def from_numpy(self, array: np.ndarray, dtype: str) -> Any:
         if dtype == "bfloat16":
             return cupy.asarray(bfloat16_bits(array))
+        if dtype in FP8_FORMATS:  # the values are exact in the format: the cast only stores them
+            stored = np.ascontiguousarray(array, dtype=fp8_numpy_dtype(dtype))
+            return Fp8DeviceArray(cupy.asarray(stored.view(np.uint8)), dtype)
         return cupy.asarray(np.ascontiguousarray(array, dtype=numpy_storage(dtype)))
 
     def broadcast(self, native: Any, shape: tuple[int, ...]) -> Any:
@@ -119,6 +161,8 @@ class CupyArrays:
             cupy.cuda.set_allocator(pool.malloc)
 
     def to_numpy(self, native: Any) -> np.ndarray:
+        if isinstance(native, Fp8DeviceArray):
+            return cupy.asnumpy(native.bits).view(fp8_numpy_dtype(native.format))
         if not isinstance(native, cupy.ndarray):
             raise ContractViolation(
                 f"{self.name} returned {type(native).__module__}.{type(native).__qualname__}, "
@@ -128,13 +172,22 @@ class CupyArrays:
         return bfloat16_values(host) if host.dtype == np.uint16 else host
 
     def dtype_name(self, native: Any) -> str:
+        if isinstance(native, Fp8DeviceArray):
+            return native.format
         return "bfloat16" if native.dtype == np.uint16 else str(native.dtype)
 
-    def check_arrays(self, **arrays) -> str:
-        """The common dtype name of ``arrays``; a clear error for anything this cannot launch on."""
-        supported = self.capabilities.dtypes
+    def fp8_bits(self, native: Fp8DeviceArray):
+        """The bytes of an FP8 operand, a uint8 cupy.ndarray."""
+        return native.bits
+
+    def check_arrays(self, supported=None, **arrays) -> str:
+        """The common dtype name of ``arrays``, each of a dtype in ``supported`` (the declared
+        dtypes unless given); a clear error for anything this cannot launch on."""
+        supported = self.capabilities.dtypes if supported is None else supported
         names = set()
         for label, array in arrays.items():
+            if isinstance(array, Fp8DeviceArray):
+                label, array = f"{label}.bits", array.bits
             if not isinstance(array, cupy.ndarray):
                 raise TypeError(
                     f"{label} is a {type(array).__module__}.{type(array).__qualname__}, but should "
@@ -150,11 +203,12 @@ class CupyArrays:
                     f"{label} is not C-contiguous (strides {array.strides}): {self.name} reads "
                     f"(B, H, T, D) rows in place; pass cupy.ascontiguousarray({label})"
                 )
-            name = self.dtype_name(array)
+            name = self.dtype_name(arrays[label.removesuffix(".bits")])
             if name not in supported:
                 raise TypeError(
                     f"{label}.dtype={array.dtype} ({name}), but should be one of "
-                    f"{', '.join(supported)} (bfloat16 as uint16 bit patterns) [{self.name}]"
+                    f"{', '.join(supported)} (bfloat16 as uint16 bit patterns, FP8 as "
+                    f"Fp8DeviceArray) [{self.name}]"
                 )
             names.add(name)
         if len(names) != 1:

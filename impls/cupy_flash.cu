@@ -15,6 +15,10 @@
 //                                  the previous step computes, the mask only on partial tiles.
 //   flash_f32_d{32,64,128}         float32 on the CUDA cores; 2 threads per query row.
 //   ..._softcap                    each of the above with the softcap compiled in.
+//   flash_{e4m3,e5m2}_d{32,64,128} FP8 q, k, v with FlashAttention 3's descales: tensor cores
+//                                  (mma.sync m16n8k32, sm_89 and up), P rounded to e4m3 with
+//                                  its 2^8 offset, the output in bfloat16; tiles loaded by plain
+//                                  loads, V transposed on the way.
 //
 // 16-bit values travel as raw bits (unsigned short) and are converted with PTX cvt, so the source
 // needs no cuda_fp16.h / cuda_bf16.h and NVRTC compiles it with no include path (sm_80 and up).
@@ -27,7 +31,9 @@
 // position - window on, its block skipping the tiles before its first row's window too; the
 // _softcap kernels map each scaled score x to c tanh(x / c) before the mask; SINKS, when not null,
 // holds one logit per query head (h = bh % heads), unscaled, that joins each row's denominator
-// after the last tile as one more step of the online softmax.
+// after the last tile as one more step of the online softmax. K_SCALES and V_SCALES, when not
+// null, hold an FP8 key/value cache's multipliers per kv head (b * Hkv + h_kv): k's multiplies the
+// scores, v's the output (impls/cupy_flash.py widens the cache's bytes to q's dtype, exactly).
 
 #ifndef BLOCK_M
 #error "compile with -DBLOCK_M=... -DBLOCK_N=... (impls/cuda_kernels.py passes numpy_flash's tiles)"
@@ -45,6 +51,7 @@
 static_assert(BLOCK_M % 16 == 0, "a warp owns 16 query rows");
 static_assert(BLOCK_N % 16 == 0, "a key tile is a whole number of mma k-steps");
 
+typedef unsigned char bits8;
 typedef unsigned short bits16;
 typedef unsigned int bits32;
 
@@ -76,8 +83,50 @@ __device__ __forceinline__ float negative_infinity() { return __int_as_float(0xf
 SIXTEEN_BIT_FORMAT(Float16, "f16")
 SIXTEEN_BIT_FORMAT(BFloat16, "bf16")
 
+// --- FP8 formats (sm_89 and up) ----------------------------------------------------------------
+
+// An 8-bit mma: D = A B + D, m16n8k32, A and B in the FP8 formats named by their PTX types,
+// float32 accumulation; pack_e4m3 rounds two floats to e4m3 (to nearest, saturating at +-448, NaN
+// kept), `low` in the lower byte. Before sm_89 there is no FP8 instruction: the kernels compile
+// (one module serves every architecture) and trap, and impls/cupy_flash.py refuses FP8 calls there.
+#ifndef ATTNSPEC_HOST_EMULATION  // tests/cuda_emulation/host_cuda.h has its own
+#define EIGHT_BIT_MMA(NAME, A_TYPE, B_TYPE)                                                    \
+    struct NAME {                                                                              \
+        static __device__ __forceinline__ void mma(float (&c)[4], const bits32 (&a)[4],        \
+                                                   bits32 b0, bits32 b1) {                     \
+            FP8_ONLY(asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." A_TYPE "." B_TYPE   \
+                                  ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "        \
+                                  "{%0, %1, %2, %3};"                                          \
+                                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])             \
+                                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),       \
+                                    "r"(b1)));                                                 \
+        }                                                                                      \
+    };
+#if __CUDA_ARCH__ >= 890
+#define FP8_ONLY(STATEMENT) STATEMENT
+#else
+#define FP8_ONLY(STATEMENT) asm volatile("trap;")
+#endif
+
+__device__ __forceinline__ bits16 pack_e4m3(float low, float high) {
+    unsigned short packed = 0;
+    FP8_ONLY(asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(high), "f"(low)));
+    return packed;
+}
+#endif
+
+EIGHT_BIT_MMA(MmaE4m3E4m3, "e4m3", "e4m3")  // q k^T in e4m3, and P v with v in e4m3
+EIGHT_BIT_MMA(MmaE5m2E5m2, "e5m2", "e5m2")  // q k^T in e5m2
+EIGHT_BIT_MMA(MmaE4m3E5m2, "e4m3", "e5m2")  // P (e4m3) v with v in e5m2
+
 __device__ __forceinline__ bits32 join(bits16 low, bits16 high) {
     return (bits32)low | ((bits32)high << 16);
+}
+
+// An FP8 key/value cache's scale of kv head `kv` (b * Hkv + h_kv), or 1 without one: k's multiplies
+// the scores, v's the output.
+__device__ __forceinline__ float kv_multiplier(const float* scales, int kv) {
+    return scales == nullptr ? 1.0f : scales[kv];
 }
 
 // A dot product q.k to the score the softmax exponentiates, times `unit` (LOG2E for exp2f, 1 for
@@ -211,7 +260,8 @@ template <int HEAD_DIM, typename Format, bool SOFTCAP>
 __device__ __forceinline__ void flash_forward_tensor_cores(
     const bits16* __restrict__ Q, const bits16* __restrict__ K, const bits16* __restrict__ V,
     bits16* __restrict__ O, float* __restrict__ LSE, int tq, int tk, float scale, int causal,
-    int heads_per_kv, int window, float softcap, const float* __restrict__ sinks, int heads) {
+    int heads_per_kv, int window, float softcap, const float* __restrict__ sinks, int heads,
+    const float* __restrict__ k_scales, const float* __restrict__ v_scales) {
     static_assert(HEAD_DIM % 16 == 0, "head dim must be a multiple of 16");
     __shared__ __align__(16) bits16 k_tile[BLOCK_N][HEAD_DIM + ROW_PAD];
     __shared__ __align__(16) bits16 v_tile[BLOCK_N][HEAD_DIM + ROW_PAD];
@@ -238,7 +288,8 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
     }
 
     // Scores are kept in the log2 domain (times log2 e) so that exp2f does the exponentials.
-    const ScoreMap<SOFTCAP> score_of(scale, softcap, LOG2E);
+    const ScoreMap<SOFTCAP> score_of(scale * kv_multiplier(k_scales, bh / heads_per_kv), softcap,
+                                     LOG2E);
     float running_max[2] = {negative_infinity(), negative_infinity()};
     float running_sum[2] = {0.0f, 0.0f};  // this thread's columns only; summed over tig at the end
     float acc[HEAD_DIM / 8][4];
@@ -377,10 +428,210 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
             sinks == nullptr
                 ? 1.0f
                 : join_sink<Exp2>(running_max[r], running_sum[r], sinks[bh % heads] * LOG2E);
-        const float factor = correction / running_sum[r];
+        const float factor = correction * kv_multiplier(v_scales, bh / heads_per_kv) / running_sum[r];
 #pragma unroll
         for (int t = 0; t < HEAD_DIM / 8; ++t) {
             const bits32 pair = Format::pack(acc[t][2 * r] * factor, acc[t][2 * r + 1] * factor);
+            *reinterpret_cast<bits32*>(o + (size_t)row * HEAD_DIM + t * 8 + 2 * tig) = pair;
+        }
+    }
+}
+
+// --- FP8 tensor-core kernel (FlashAttention 3's convention; sm_89 and up) ----------------------
+//
+// q, k and v in one FP8 format as bytes, with float32 descales per (b, h_kv) that multiply the
+// scores (q's and k's) and the output (v's). Per key tile: S = q k^T by mma.sync m16n8k32 on the
+// stored bytes, float32 sums; the online softmax as in the 16-bit kernel; P rounded as
+// FlashAttention 3 rounds it, P * 2^8 to e4m3 (so that small weights stay normal), and P v by
+// the same mma with v's bytes, the 2^8 divided out with the row's sum at the end; the output in
+// bfloat16. The row sums are of P before its rounding.
+//
+// mma.m16n8k32 fragments for 8-bit types (PTX ISA, "Matrix fragments for mma.m16n8k32"), four
+// elements to a register, the first in the lowest byte:
+//   A (16x32, row-major): a0 = (group, 4tig..+3), a1 = (group+8, 4tig..), a2 = (group, 16+4tig..),
+//                         a3 = (group+8, 16+4tig..)
+//   B (32x8, col-major):  b0 = (k 4tig..+3, n group), b1 = (k 16+4tig..+3, n group)
+//   C (16x8, float32):    as m16n8k16's
+// q's and k's fragments are 4 adjacent bytes of a row. P v sums over keys in any order, so P's A
+// fragment is S's C fragments as they lie, keys (2tig, 2tig+1, 8+2tig, 9+2tig) of each 16, and
+// v's B fragment takes the same keys: v is stored transposed in shared memory (a head dim's keys
+// adjacent) by the plain loads that bring each tile in (no cp.async: the bytes are transposed on
+// the way), between two barriers.
+
+#define FP8_ROW_PAD 16  // bytes: every shared row 16-byte aligned, fragment rows on other banks
+#define FP8_OFFSET 256.0f  // P's 2^8 (spec.fp8.P_OFFSET_EXPONENT)
+
+static_assert(BLOCK_N % 32 == 0, "a key tile is a whole number of 8-bit mma k-steps");
+
+// Rows [start, start + BLOCK_N) of k (as they lie) and of v (transposed) into shared tiles, zeros
+// past the end.
+template <int HEAD_DIM>
+__device__ __forceinline__ void load_fp8_tiles(bits8 (*k_tile)[HEAD_DIM + FP8_ROW_PAD],
+                                               bits8 (*v_tile)[BLOCK_N + FP8_ROW_PAD],
+                                               const bits8* k, const bits8* v, int start,
+                                               int rows) {
+    constexpr int CHUNKS = HEAD_DIM / 16;  // 16-byte chunks per row of k
+    for (int idx = threadIdx.x; idx < BLOCK_N * CHUNKS; idx += TENSOR_CORE_THREADS) {
+        const int r = idx / CHUNKS, c = (idx % CHUNKS) * 16;
+        *reinterpret_cast<uint4*>(&k_tile[r][c]) =
+            start + r < rows ? *reinterpret_cast<const uint4*>(k + (size_t)(start + r) * HEAD_DIM + c)
+                             : make_uint4(0u, 0u, 0u, 0u);
+    }
+    constexpr int QUADS = HEAD_DIM / 4;  // 4-byte words per row of v
+    for (int idx = threadIdx.x; idx < BLOCK_N * QUADS; idx += TENSOR_CORE_THREADS) {
+        const int r = idx / QUADS, c = (idx % QUADS) * 4;
+        const bits32 quad =
+            start + r < rows ? *reinterpret_cast<const bits32*>(v + (size_t)(start + r) * HEAD_DIM + c)
+                             : 0u;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v_tile[c + j][r] = (bits8)(quad >> (8 * j));
+    }
+}
+
+// Four adjacent bytes (row, col..col+3) as one register; zero past the end.
+template <int HEAD_DIM>
+__device__ __forceinline__ bits32 load_quad(const bits8* base, int row, int rows, int col) {
+    return row < rows ? *reinterpret_cast<const bits32*>(base + (size_t)row * HEAD_DIM + col) : 0u;
+}
+
+template <int HEAD_DIM, typename ScoreMma, typename ValueMma>
+__device__ __forceinline__ void flash_forward_fp8(
+    const bits8* __restrict__ Q, const bits8* __restrict__ K, const bits8* __restrict__ V,
+    bits16* __restrict__ O, float* __restrict__ LSE, int tq, int tk, float scale, int causal,
+    int heads_per_kv, const float* __restrict__ q_descale, const float* __restrict__ k_descale,
+    const float* __restrict__ v_descale) {
+    static_assert(HEAD_DIM % 32 == 0, "head dim must be a multiple of 32");
+    __shared__ __align__(16) bits8 k_tile[BLOCK_N][HEAD_DIM + FP8_ROW_PAD];
+    __shared__ __align__(16) bits8 v_tile[HEAD_DIM][BLOCK_N + FP8_ROW_PAD];  // transposed
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int group = lane / 4, tig = lane % 4;
+    const int bh = blockIdx.y;
+    const int kv = bh / heads_per_kv;  // b * Hkv + h / g: the kv head, and its descales' index
+    const int block_start = blockIdx.x * BLOCK_M;
+    const int offset = tk - tq;
+    const bits8* q = Q + (size_t)bh * tq * HEAD_DIM;
+    const bits8* k = K + (size_t)kv * tk * HEAD_DIM;
+    const bits8* v = V + (size_t)kv * tk * HEAD_DIM;
+    const int row0 = block_start + warp * 16 + group;  // this thread's rows: row0 and row0 + 8
+
+    bits32 q_frag[HEAD_DIM / 32][4];
+#pragma unroll
+    for (int kk = 0; kk < HEAD_DIM / 32; ++kk) {
+        q_frag[kk][0] = load_quad<HEAD_DIM>(q, row0, tq, kk * 32 + 4 * tig);
+        q_frag[kk][1] = load_quad<HEAD_DIM>(q, row0 + 8, tq, kk * 32 + 4 * tig);
+        q_frag[kk][2] = load_quad<HEAD_DIM>(q, row0, tq, kk * 32 + 16 + 4 * tig);
+        q_frag[kk][3] = load_quad<HEAD_DIM>(q, row0 + 8, tq, kk * 32 + 16 + 4 * tig);
+    }
+
+    const ScoreMap<false> score_of(scale * q_descale[kv] * k_descale[kv], 0.0f, LOG2E);
+    float running_max[2] = {negative_infinity(), negative_infinity()};
+    float running_sum[2] = {0.0f, 0.0f};  // this thread's columns only; summed over tig at the end
+    float acc[HEAD_DIM / 8][4];
+#pragma unroll
+    for (int t = 0; t < HEAD_DIM / 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+
+    const int end = causal ? min(tk, block_start + BLOCK_M + offset) : tk;
+    for (int tile_start = 0; tile_start < end; tile_start += BLOCK_N) {
+        __syncthreads();  // every warp is done with the previous tile
+        load_fp8_tiles<HEAD_DIM>(k_tile, v_tile, k, v, tile_start, tk);
+        __syncthreads();
+
+        float s[BLOCK_N / 8][4];
+#pragma unroll
+        for (int t = 0; t < BLOCK_N / 8; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HEAD_DIM / 32; ++kk) {
+#pragma unroll
+            for (int t = 0; t < BLOCK_N / 8; ++t) {
+                const bits8* key = &k_tile[t * 8 + group][kk * 32 + 4 * tig];
+                ScoreMma::mma(s[t], q_frag[kk], *reinterpret_cast<const bits32*>(key),
+                              *reinterpret_cast<const bits32*>(key + 16));
+            }
+        }
+
+        float tile_max[2] = {negative_infinity(), negative_infinity()};
+#pragma unroll
+        for (int t = 0; t < BLOCK_N / 8; ++t) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int row = row0 + 8 * (e / 2);
+                const int col = tile_start + t * 8 + 2 * tig + (e % 2);
+                // Overwritten, not added to: a NaN or inf future score must not survive.
+                s[t][e] = col < tk && (!causal || col <= row + offset) ? score_of(s[t][e])
+                                                                       : negative_infinity();
+                tile_max[e / 2] = fmaxf(tile_max[e / 2], s[t][e]);
+            }
+        }
+        float shift[2], correction[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+            tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+            const float new_max = fmaxf(running_max[r], tile_max[r]);
+            shift[r] = new_max == negative_infinity() ? 0.0f : new_max;
+            correction[r] = exp2f(running_max[r] - shift[r]);
+            running_max[r] = new_max;
+        }
+
+        // P's A fragments: 32 keys per k-step, C tiles 4c .. 4c + 3; a register holds a row's
+        // keys (2tig, 2tig+1) of C tile t and of C tile t + 1.
+        bits32 p_frag[BLOCK_N / 32][4];
+        float tile_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int t = 0; t < BLOCK_N / 8; t += 2) {
+            float p[2][4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                p[0][e] = exp2f(s[t][e] - shift[e / 2]);
+                p[1][e] = exp2f(s[t + 1][e] - shift[e / 2]);
+                tile_sum[e / 2] += p[0][e] + p[1][e];
+            }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const bits16 low = pack_e4m3(p[0][2 * r] * FP8_OFFSET, p[0][2 * r + 1] * FP8_OFFSET);
+                const bits16 high = pack_e4m3(p[1][2 * r] * FP8_OFFSET, p[1][2 * r + 1] * FP8_OFFSET);
+                p_frag[t / 4][(t / 2) % 2 * 2 + r] = join(low, high);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) running_sum[r] = running_sum[r] * correction[r] + tile_sum[r];
+#pragma unroll
+        for (int t = 0; t < HEAD_DIM / 8; ++t) {
+            acc[t][0] *= correction[0];
+            acc[t][1] *= correction[0];
+            acc[t][2] *= correction[1];
+            acc[t][3] *= correction[1];
+        }
+
+#pragma unroll
+        for (int c = 0; c < BLOCK_N / 32; ++c) {
+#pragma unroll
+            for (int t = 0; t < HEAD_DIM / 8; ++t) {
+                // head dim t * 8 + group, keys c * 32 + (2tig, 2tig+1, 8+2tig, 9+2tig) and 16 on
+                const bits8* keys = &v_tile[t * 8 + group][c * 32 + 2 * tig];
+                const bits32 b0 = join(*reinterpret_cast<const bits16*>(keys),
+                                       *reinterpret_cast<const bits16*>(keys + 8));
+                const bits32 b1 = join(*reinterpret_cast<const bits16*>(keys + 16),
+                                       *reinterpret_cast<const bits16*>(keys + 24));
+                ValueMma::mma(acc[t], p_frag[c], b0, b1);
+            }
+        }
+    }
+
+    bits16* o = O + (size_t)bh * tq * HEAD_DIM;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        running_sum[r] += __shfl_xor_sync(0xffffffffu, running_sum[r], 1);
+        running_sum[r] += __shfl_xor_sync(0xffffffffu, running_sum[r], 2);
+        const int row = row0 + 8 * r;
+        if (row >= tq) continue;
+        if (LSE != nullptr && tig == 0)
+            LSE[(size_t)bh * tq + row] = (running_max[r] + log2f(running_sum[r])) * LN2;
+        const float factor = v_descale[kv] / (FP8_OFFSET * running_sum[r]);
+#pragma unroll
+        for (int t = 0; t < HEAD_DIM / 8; ++t) {
+            const bits32 pair = BFloat16::pack(acc[t][2 * r] * factor, acc[t][2 * r + 1] * factor);
             *reinterpret_cast<bits32*>(o + (size_t)row * HEAD_DIM + t * 8 + 2 * tig) = pair;
         }
     }
@@ -401,7 +652,9 @@ __device__ __forceinline__ void flash_forward_float32(const float* __restrict__ 
                                                       float* __restrict__ LSE, int tq, int tk,
                                                       float scale, int causal, int heads_per_kv,
                                                       int window, float softcap,
-                                                      const float* __restrict__ sinks, int heads) {
+                                                      const float* __restrict__ sinks, int heads,
+                                                      const float* __restrict__ k_scales,
+                                                      const float* __restrict__ v_scales) {
     constexpr int HALF = HEAD_DIM / 2;
     __shared__ float kv_tile[BLOCK_N][HEAD_DIM];
     __shared__ float scores[BLOCK_N][BLOCK_M];
@@ -421,7 +674,8 @@ __device__ __forceinline__ void flash_forward_float32(const float* __restrict__ 
         acc[c] = 0.0f;
     }
     float running_max = negative_infinity(), running_sum = 0.0f;
-    const ScoreMap<SOFTCAP> score_of(scale, softcap, 1.0f);
+    const ScoreMap<SOFTCAP> score_of(scale * kv_multiplier(k_scales, bh / heads_per_kv), softcap,
+                                     1.0f);
 
     const int end = causal ? min(tk, block_start + BLOCK_M + offset) : tk;
     const int first = first_tile(block_start + offset, window);
@@ -472,7 +726,7 @@ __device__ __forceinline__ void flash_forward_float32(const float* __restrict__ 
         LSE[(size_t)bh * tq + row] = running_max + logf(running_sum);
     const float correction =
         sinks == nullptr ? 1.0f : join_sink<Exp>(running_max, running_sum, sinks[bh % heads]);
-    const float factor = correction / running_sum;
+    const float factor = correction * kv_multiplier(v_scales, bh / heads_per_kv) / running_sum;
 #pragma unroll
     for (int c = 0; c < HALF; ++c)
         O[((size_t)bh * tq + row) * HEAD_DIM + 2 * c + half] = acc[c] * factor;
@@ -634,10 +888,10 @@ __device__ __forceinline__ void flash_backward_dq(const BackwardArguments& a,
     extern "C" __global__ void __launch_bounds__(TENSOR_CORE_THREADS)                          \
         NAME(const bits16* q, const bits16* k, const bits16* v, bits16* o, float* lse, int tq, \
              int tk, float scale, int causal, int heads_per_kv, int window, float softcap,     \
-             const float* sinks, int heads) {                                                  \
+             const float* sinks, int heads, const float* k_scales, const float* v_scales) {    \
         flash_forward_tensor_cores<HEAD_DIM, FORMAT, SOFTCAP>(                                 \
             q, k, v, o, lse, tq, tk, scale, causal, heads_per_kv, window, softcap, sinks,      \
-            heads);                                                                            \
+            heads, k_scales, v_scales);                                                        \
     }
 #define TENSOR_CORE_ENTRIES(NAME, HEAD_DIM, FORMAT)      \
     TENSOR_CORE_ENTRY(NAME, HEAD_DIM, FORMAT, false)     \
@@ -647,9 +901,10 @@ __device__ __forceinline__ void flash_backward_dq(const BackwardArguments& a,
     extern "C" __global__ void __launch_bounds__(F32_THREADS)                                 \
         NAME(const float* q, const float* k, const float* v, float* o, float* lse, int tq,    \
              int tk, float scale, int causal, int heads_per_kv, int window, float softcap,    \
-             const float* sinks, int heads) {                                                 \
+             const float* sinks, int heads, const float* k_scales, const float* v_scales) {   \
         flash_forward_float32<HEAD_DIM, SOFTCAP>(q, k, v, o, lse, tq, tk, scale, causal,      \
-                                                 heads_per_kv, window, softcap, sinks, heads); \
+                                                 heads_per_kv, window, softcap, sinks, heads,  \
+                                                 k_scales, v_scales);                          \
     }
 #define FLOAT32_ENTRIES(NAME, HEAD_DIM)      \
     FLOAT32_ENTRY(NAME, HEAD_DIM, false)     \
@@ -664,6 +919,25 @@ TENSOR_CORE_ENTRIES(flash_bf16_d128, 128, BFloat16)
 FLOAT32_ENTRIES(flash_f32_d32, 32)
 FLOAT32_ENTRIES(flash_f32_d64, 64)
 FLOAT32_ENTRIES(flash_f32_d128, 128)
+
+// The FP8 kernels (FlashAttention 3's convention): (q, k, v, o, lse, tq, tk, scale, causal,
+// heads_per_kv, q_descale, k_descale, v_descale), the output bfloat16.
+#define FP8_ENTRY(NAME, HEAD_DIM, SCORE_MMA, VALUE_MMA)                                         \
+    extern "C" __global__ void __launch_bounds__(TENSOR_CORE_THREADS)                          \
+        NAME(const bits8* q, const bits8* k, const bits8* v, bits16* o, float* lse, int tq,    \
+             int tk, float scale, int causal, int heads_per_kv, const float* q_descale,        \
+             const float* k_descale, const float* v_descale) {                                 \
+        flash_forward_fp8<HEAD_DIM, SCORE_MMA, VALUE_MMA>(q, k, v, o, lse, tq, tk, scale,      \
+                                                          causal, heads_per_kv, q_descale,     \
+                                                          k_descale, v_descale);               \
+    }
+
+FP8_ENTRY(flash_e4m3_d32, 32, MmaE4m3E4m3, MmaE4m3E4m3)
+FP8_ENTRY(flash_e4m3_d64, 64, MmaE4m3E4m3, MmaE4m3E4m3)
+FP8_ENTRY(flash_e4m3_d128, 128, MmaE4m3E4m3, MmaE4m3E4m3)
+FP8_ENTRY(flash_e5m2_d32, 32, MmaE5m2E5m2, MmaE4m3E5m2)
+FP8_ENTRY(flash_e5m2_d64, 64, MmaE5m2E5m2, MmaE4m3E5m2)
+FP8_ENTRY(flash_e5m2_d128, 128, MmaE5m2E5m2, MmaE4m3E5m2)
 
 // The backward's, each with and without a softcap: (q, k, v, grad_out, lse, delta, grad_lse,
 // tq, tk, scale, causal, heads_per_kv, window, softcap, sinks, heads, then the gradients).

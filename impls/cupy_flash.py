@@ -1,15 +1,28 @@
 """``cupy_flash``: one fused CUDA kernel per (dtype, head dim) (``cupy_flash.cu``), tensor cores
 for float16 and bfloat16; grouped-query heads and a left window in the kernel itself.
+
+FP8 (spec.fp8): FlashAttention 3's convention on the FP8 kernels (e4m3 or e5m2 tensor cores, sm_89
+and newer; P rounded to e4m3 with its 2^8 offset, the output in bfloat16); the key/value cache's
+on the kernel of q's dtype, k and v widened to it (exact: every e4m3 and e5m2 value is a float16
+and a bfloat16 value) and their scales applied per kv head by the kernel, k's to the scores, v's
+to the output.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from impls.contract import RAISES_ON_ALL, Capabilities, Implementation, validate_inputs
-from impls.cuda_kernels import FLASH_HEAD_DIMS, backward_entry_points, flash_entry_point
+from impls.cuda_kernels import (
+    FLASH_HEAD_DIMS,
+    FP8_KERNEL_FORMATS,
+    backward_entry_points,
+    flash_entry_point,
+    fp8_entry_point,
+)
 from impls.cupy_arrays import (
     FLASH_THREADS,
     CupyArrays,
@@ -17,7 +30,27 @@ from impls.cupy_arrays import (
     kernel_module,
     scalar_scale,
 )
+from impls.fp8_calls import checked_scales, is_fp8_call
 from impls.numpy_flash import BLOCK_M
+from spec.fp8 import Fp8Scales, values_of_bytes
+
+FLASH_CAPABILITIES = Capabilities(
+    dtypes=("float32", "float16", "bfloat16"),
+    head_dims=FLASH_HEAD_DIMS,
+    distinct_value_dim=False,
+    conventions=RAISES_ON_ALL,
+    autograd=True,  # the backward kernels of cupy_flash.cu (vjp)
+    gqa=True,
+    window=True,
+    lse=True,
+    softcap=True,
+    sinks=True,
+    fp8=True,
+    fp8_formats=tuple(FP8_KERNEL_FORMATS),
+    fp8_p="e4m3_offset8",  # FlashAttention 3's; under kv_scale P is in q's dtype, finer
+    fp8_output="bfloat16",
+)
+FP8_TENSOR_CORES = 89  # the first compute capability with FP8 mma.sync (sm_89)
 
 
 class CupyFlash(CupyArrays, Implementation):
@@ -25,18 +58,17 @@ class CupyFlash(CupyArrays, Implementation):
     for float32; the tiling of :mod:`impls.numpy_flash`."""
 
     name = "cupy_flash"
-    capabilities = Capabilities(
-        dtypes=("float32", "float16", "bfloat16"),
-        head_dims=FLASH_HEAD_DIMS,
-        distinct_value_dim=False,
-        conventions=RAISES_ON_ALL,
-        autograd=True,  # the backward kernels of cupy_flash.cu (vjp)
-        gqa=True,
-        window=True,
-        lse=True,
-        softcap=True,
-        sinks=True,
-    )
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """FLASH_CAPABILITIES; before sm_89, which has no FP8 tensor cores, FP8 under the
+        key/value cache's convention only."""
+        if self.unavailable_reason() is None and self.compute_capability() < FP8_TENSOR_CORES:
+            return replace(FLASH_CAPABILITIES, fp8_conventions=("kv_scale",))
+        return FLASH_CAPABILITIES
+
+    def compute_capability(self) -> int:
+        return int(cupy.cuda.Device().compute_capability)  # 90 for sm_90
 
     def vjp(
         self, q, k, v, grad_out, *, causal=True, scale=None, window=None, softcap=None,
@@ -91,18 +123,78 @@ class CupyFlash(CupyArrays, Implementation):
 
     def attention(
         self, q, k, v, *, causal=True, scale=None, window=None, softcap=None, sinks=None,
-        return_lse=False,
+        return_lse=False, **keywords,
     ):  # fmt: skip
+        if is_fp8_call(q, k, v, keywords, dtype_name=self.dtype_name):
+            given = dict(window=window, softcap=softcap, sinks=sinks, return_lse=return_lse or None)
+            extras = {name: value for name, value in given.items() if value is not None}
+            return self.fp8_attention(q, k, v, causal=causal, scale=scale, **extras, **keywords)
+        if keywords:
+            raise TypeError(f"unexpected keyword arguments {sorted(keywords)} [{self.name}]")
         out, lse = self.attention_and_lse(
             q, k, v, causal=causal, scale=scale, window=window, softcap=softcap, sinks=sinks
         )
         return (out, lse) if return_lse else out
 
+    def fp8_attention(self, q, k, v, *, causal, scale, **keywords):
+        """An FP8 call (the module's docstring): its checks, then its kernel."""
+        capabilities = self.capabilities
+        scales = checked_scales(
+            capabilities, q, k, v, causal, scale, keywords, dtype_name=self.dtype_name,
+            query_dtypes=capabilities.dtypes,
+        )  # fmt: skip
+        fmt = self.dtype_name(k)
+        batch, kv_heads, d = q.shape[0], k.shape[1], q.shape[-1]
+        if d not in FLASH_HEAD_DIMS or v.shape[-1] != d:
+            raise ValueError(
+                f"head dims D={d}, Dv={v.shape[-1]}, but {self.name} is compiled for D = Dv in "
+                f"{', '.join(map(str, FLASH_HEAD_DIMS))}"
+            )
+        k_bits, v_bits = self.fp8_bits(k), self.fp8_bits(v)
+        xp = namespace(k_bits)
+        tables = {  # each operand's multipliers per (b, h_kv), float32 (B * Hkv,)
+            name: xp.asarray(per_kv_head(scales, name, batch, kv_heads)) for name in "qkv"
+        }
+        if scales.convention == "kv_scale":
+            query_dtype = self.dtype_name(q)
+            k_wide, v_wide = (widened_fp8(x, fmt, query_dtype) for x in (k_bits, v_bits))
+            out, _ = self.attention_and_lse(
+                q, k_wide, v_wide, causal=causal, scale=scale, kv_scales=(tables["k"], tables["v"])
+            )
+            return out
+        return self.fp8_kernel(
+            q, k, v, causal=causal, scale=scalar_scale(scale, d),
+            descales=(tables["q"], tables["k"], tables["v"]),
+        )  # fmt: skip
+
+    def fp8_kernel(self, q, k, v, *, causal, scale, descales):
+        """The FP8 kernel of q's format on FP8 q, k, v of one format: the output, bfloat16 bits
+        (B, H, Tq, D)."""
+        self.check_arrays(supported=tuple(FP8_KERNEL_FORMATS), q=q, k=k, v=v)
+        if self.compute_capability() < FP8_TENSOR_CORES:
+            raise NotImplementedError(
+                f"FP8 tensor cores need sm_{FP8_TENSOR_CORES} or newer; this is "
+                f"sm_{self.compute_capability()} [{self.name}]"
+            )
+        batch, heads, tq, d = q.shape
+        self.check_grid(batch * heads, tq)
+        kernel = kernel_module("cupy_flash").get_function(fp8_entry_point(self.dtype_name(q), d))
+        out = cupy.empty(q.shape, dtype=cupy.uint16)  # (B, H, Tq, D), bfloat16 bits
+        kernel(
+            (math.ceil(tq / BLOCK_M), batch * heads),
+            (FLASH_THREADS,),
+            (q.bits, k.bits, v.bits, out, None, np.int32(tq), np.int32(k.shape[-2]), scale,
+             np.int32(causal), np.int32(heads // k.shape[1]), *descales),
+        )  # fmt: skip
+        return out
+
     def attention_and_lse(
-        self, q, k, v, *, causal=True, scale=None, window=None, softcap=None, sinks=None
-    ):
+        self, q, k, v, *, causal=True, scale=None, window=None, softcap=None, sinks=None,
+        kv_scales=None,
+    ):  # fmt: skip
         """(out, lse): the output and each row's float32 log-sum-exp (B, H, Tq), natural, of the
-        scaled, capped, masked scores, the sink not included."""
+        scaled, capped, masked scores, the sink not included. ``kv_scales``: an FP8 cache's
+        (k_scale, v_scale) per (b, h_kv), float32 (B * Hkv,) arrays on the device."""
         validate_inputs(
             q, k, v, causal=causal, scale=scale, gqa=True, window=window, softcap=softcap,
             sinks=sinks,
@@ -130,7 +222,7 @@ class CupyFlash(CupyArrays, Implementation):
             (q, k, v, out, lse, np.int32(tq), np.int32(tk),
              scalar_scale(scale, d), np.int32(causal),
              np.int32(heads // k.shape[1]), np.int32(-1 if window is None else window),
-             kernel_softcap(softcap), sink_logits, np.int32(heads)),
+             kernel_softcap(softcap), sink_logits, np.int32(heads), *(kv_scales or (None, None))),
         )  # fmt: skip
         return out, lse
 
@@ -159,6 +251,21 @@ def narrowed(array, dtype: str):
     bits = array.view(xp.uint32)
     rounded = (bits + xp.uint32(0x7FFF) + ((bits >> xp.uint32(16)) & xp.uint32(1))) >> 16
     return xp.where(xp.isnan(array), xp.uint32(0x7FC0), rounded).astype(xp.uint16)
+
+
+def per_kv_head(scales: Fp8Scales, operand: str, batch: int, kv_heads: int) -> np.ndarray:
+    """``operand``'s multipliers in ``scales``, per (b, h_kv) as the kernels index them
+    (b * Hkv + h_kv): float32 (B * Hkv,), contiguous."""
+    table = scales.per_batch_kv_head(operand, batch, kv_heads)  # (B, Hkv) float64
+    return np.ascontiguousarray(table, dtype=np.float32).reshape(-1)
+
+
+def widened_fp8(bits, fmt: str, dtype: str):
+    """FP8 bytes of ``fmt`` as ``dtype`` (bfloat16 as its bits): exact, since every e4m3 and e5m2
+    value, NaN and e5m2's infinities included, is a float16 and a bfloat16 value."""
+    xp = namespace(bits)
+    values = xp.asarray(values_of_bytes(fmt).astype(np.float32))[bits]  # the bytes' values
+    return xp.ascontiguousarray(narrowed(values, dtype))
 
 
 def kernel_softcap(softcap: float | None) -> np.float32:

@@ -21,10 +21,19 @@ from pathlib import Path
 import numpy as np
 
 from impls.contract import Implementation, resolve_scale, validate_inputs
-from impls.cuda_kernels import FLASH_HEAD_DIMS, SOURCES, backward_entry_points, flash_entry_point
+from impls.cuda_kernels import (
+    FLASH_HEAD_DIMS,
+    FP8_KERNEL_FORMATS,
+    SOURCES,
+    backward_entry_points,
+    flash_entry_point,
+    fp8_entry_point,
+)
 from impls.cupy_arrays import bfloat16_bits, bfloat16_values
-from impls.cupy_flash import CupyFlash, kernel_softcap
+from impls.cupy_flash import FLASH_CAPABILITIES, CupyFlash, kernel_softcap
 from impls.cupy_naive import CupyNaive
+from spec.fp8 import FP8_FORMATS
+from spec.fp8 import numpy_dtype as fp8_numpy_dtype
 from tests.made_once import made_once
 
 HERE = Path(__file__).parent
@@ -76,9 +85,13 @@ def load(library: Path) -> ctypes.CDLL:
     pointer, integer, real = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
     lib.run_flash.argtypes = [
         ctypes.c_char_p, *[pointer] * 5, *[integer] * 3, real, *[integer] * 3, real, pointer,
-        integer,
+        integer, pointer, pointer,
     ]  # fmt: skip
     lib.run_flash.restype = integer
+    lib.run_flash_fp8.argtypes = [
+        ctypes.c_char_p, *[pointer] * 5, *[integer] * 3, real, integer, integer, *[pointer] * 3,
+    ]  # fmt: skip
+    lib.run_flash_fp8.restype = integer
     lib.run_flash_backward.argtypes = [
         ctypes.c_char_p, *[pointer] * 7, *[integer] * 5, real, *[integer] * 2, real,
         *[pointer] * 4,
@@ -94,9 +107,12 @@ def load(library: Path) -> ctypes.CDLL:
 
 
 def storage(values: np.ndarray, dtype: str) -> np.ndarray:
-    """float64 values exact in ``dtype`` as the kernels' element type (bfloat16 as its bits)."""
+    """float64 values exact in ``dtype`` as the kernels' element type (bfloat16 as its bits, FP8
+    in ml_dtypes' dtypes, whose bytes the kernels read)."""
     if dtype == "bfloat16":
         return np.ascontiguousarray(bfloat16_bits(values))
+    if dtype in FP8_FORMATS:
+        return np.ascontiguousarray(values, dtype=fp8_numpy_dtype(dtype))
     return np.ascontiguousarray(values, dtype=STORAGE[dtype])
 
 
@@ -133,6 +149,9 @@ class EmulatedKernels(Implementation):
     def dtype_name(self, native) -> str:
         return "bfloat16" if native.dtype == np.uint16 else str(native.dtype)
 
+    def fp8_bits(self, native: np.ndarray) -> np.ndarray:
+        return native.view(np.uint8)
+
     def check(self, q, k, v, *, causal, scale, **variant) -> str:
         gqa = self.capabilities.gqa
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=gqa, **variant)
@@ -147,12 +166,35 @@ class EmulatedCupyFlash(EmulatedKernels):
 
     name = "cupy_flash_emulated"
     source = "impls/cupy_flash.cu"
-    capabilities = CupyFlash.capabilities
+    capabilities = FLASH_CAPABILITIES
 
-    # CupyFlash's, over this class's attention_and_lse and backward_kernels: the same keywords,
-    # the same answer
+    # CupyFlash's, over this class's attention_and_lse, fp8_kernel and backward_kernels: the same
+    # keywords, the same answer
     attention = CupyFlash.attention
+    fp8_attention = CupyFlash.fp8_attention
     vjp = CupyFlash.vjp
+
+    def fp8_kernel(self, q, k, v, *, causal, scale, descales):
+        fmt = self.dtype_name(q)
+        if fmt not in FP8_KERNEL_FORMATS or {self.dtype_name(k), self.dtype_name(v)} != {fmt}:
+            raise TypeError(
+                f"q, k, v of {q.dtype}, {k.dtype}, {v.dtype}, but should share one of "
+                f"{', '.join(FP8_KERNEL_FORMATS)}"
+            )
+        batch, heads, tq, d = q.shape
+        q, k, v = (np.ascontiguousarray(x).view(np.uint8) for x in (q, k, v))
+        out = np.empty(q.shape, dtype=np.uint16)  # (B, H, Tq, D), bfloat16 bits
+        kernel = fp8_entry_point(fmt, d)
+        status = library().run_flash_fp8(
+            kernel.encode(), *map(_address, (q, k, v, out)), None, batch * heads, tq,
+            k.shape[-2], scale, int(causal), heads // k.shape[1], *map(_address, descales),
+        )  # fmt: skip
+        if status != 0:
+            raise ValueError(f"no FP8 kernel {kernel}")
+        race = library().emulation_race().decode()
+        if race:
+            raise RuntimeError(f"{kernel}: shared-memory race: {race}")
+        return out
 
     def backward_kernels(self, q, k, v, grad_out, lse, delta, grad_lse, *, causal, scale, window,
                          softcap, sinks):  # fmt: skip
@@ -174,8 +216,9 @@ class EmulatedCupyFlash(EmulatedKernels):
         return tuple(grads)
 
     def attention_and_lse(
-        self, q, k, v, *, causal=True, scale=None, window=None, softcap=None, sinks=None
-    ):
+        self, q, k, v, *, causal=True, scale=None, window=None, softcap=None, sinks=None,
+        kv_scales=None,
+    ):  # fmt: skip
         dtype = self.check(
             q, k, v, causal=causal, scale=scale, window=window, softcap=softcap, sinks=sinks
         )
@@ -193,6 +236,7 @@ class EmulatedCupyFlash(EmulatedKernels):
             batch * heads, tq, k.shape[-2], resolve_scale(scale, d), int(causal),
             heads // k.shape[1], -1 if window is None else window,
             kernel_softcap(softcap), None if sink_logits is None else _address(sink_logits), heads,
+            *((None, None) if kv_scales is None else map(_address, kv_scales)),
         )  # fmt: skip
         if status != 0:
             raise ValueError(f"no flash kernel for dtype={dtype}, D={d}")

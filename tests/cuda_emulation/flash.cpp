@@ -8,7 +8,8 @@
         launch(grid, THREADS, [&] {                                                     \
             NAME(static_cast<const ELEMENT*>(q), static_cast<const ELEMENT*>(k),        \
                  static_cast<const ELEMENT*>(v), static_cast<ELEMENT*>(o), lse, tq, tk, \
-                 scale, causal, heads_per_kv, window, softcap, sinks, heads);           \
+                 scale, causal, heads_per_kv, window, softcap, sinks, heads, k_scales,  \
+                 v_scales);                                                             \
         });                                                                             \
         return 0;                                                                       \
     }
@@ -17,7 +18,7 @@
 extern "C" int run_flash(const char* name, const void* q, const void* k, const void* v, void* o,
                          float* lse, int batch_heads, int tq, int tk, float scale, int causal,
                          int heads_per_kv, int window, float softcap, const float* sinks,
-                         int heads) {
+                         int heads, const float* k_scales, const float* v_scales) {
     const Index3 grid{unsigned((tq + BLOCK_M - 1) / BLOCK_M), unsigned(batch_heads), 1};
     RUN_IF(flash_f16_d32, TENSOR_CORE_THREADS, bits16)
     RUN_IF(flash_f16_d32_softcap, TENSOR_CORE_THREADS, bits16)
@@ -75,3 +76,28 @@ extern "C" int run_flash_backward(const char* name, const float* q, const float*
 
 // The first race the last launch saw (host_cuda.h), or an empty string.
 extern "C" const char* emulation_race() { return race.c_str(); }
+
+#define RUN_FP8_IF(NAME)                                                                       \
+    if (std::strcmp(name, #NAME) == 0) {                                                       \
+        launch(grid, TENSOR_CORE_THREADS, [&] {                                                \
+            NAME(static_cast<const bits8*>(q), static_cast<const bits8*>(k),                   \
+                 static_cast<const bits8*>(v), static_cast<bits16*>(o), lse, tq, tk, scale,    \
+                 causal, heads_per_kv, q_descale, k_descale, v_descale);                       \
+        });                                                                                    \
+        return 0;                                                                              \
+    }
+
+// Launches FP8 kernel `name` as impls/cupy_flash.py does; returns 1 for an unknown name.
+extern "C" int run_flash_fp8(const char* name, const void* q, const void* k, const void* v,
+                             void* o, float* lse, int batch_heads, int tq, int tk, float scale,
+                             int causal, int heads_per_kv, const float* q_descale,
+                             const float* k_descale, const float* v_descale) {
+    const Index3 grid{unsigned((tq + BLOCK_M - 1) / BLOCK_M), unsigned(batch_heads), 1};
+    RUN_FP8_IF(flash_e4m3_d32)
+    RUN_FP8_IF(flash_e4m3_d64)
+    RUN_FP8_IF(flash_e4m3_d128)
+    RUN_FP8_IF(flash_e5m2_d32)
+    RUN_FP8_IF(flash_e5m2_d64)
+    RUN_FP8_IF(flash_e5m2_d128)
+    return 1;
+}

@@ -9,8 +9,9 @@
 // and a read by different warps with no barrier between them is reported as a race
 // (emulation_error()), whichever the fibers happened to run first.
 // __shared__ variables become static locals: one per kernel instantiation, shared by the block's
-// threads, reused by the next block. mma follows the PTX ISA's fragment layout for m16n8k16
-// (A row-major 16x16, B column-major 16x8, C/D 16x8 float32) and sums each dot product in double.
+// threads, reused by the next block. mma follows the PTX ISA's fragment layouts for m16n8k16
+// (A row-major 16x16, B column-major 16x8, C/D 16x8 float32) and for the FP8 m16n8k32, and sums
+// each dot product in double.
 //
 // Slow (thousands of fiber switches per key tile) and only as faithful as this file, but it runs
 // the kernels' own indexing, masking, tiling and fragment choreography where no GPU is at hand.
@@ -344,6 +345,91 @@ constexpr bool is_bfloat16(const char* ptx_type) { return ptx_type[0] == 'b'; }
 
 #define SIXTEEN_BIT_FORMAT(NAME, PTX_TYPE) \
     struct NAME : HostFormat<is_bfloat16(PTX_TYPE)> {};
+
+// --- FP8 formats and mma.sync m16n8k32 ------------------------------------------------------------
+
+// The value of an e4m3 (OCP E4M3, no infinity, 0x7f and 0xff NaN) or e5m2 (IEEE-like) byte,
+// decoded from its fields.
+inline float fp8_decoded(unsigned char byte, bool e5m2) {
+    const float sign = byte & 0x80 ? -1.0f : 1.0f;
+    const int mantissa_bits = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+    const int exponent = (byte & 0x7f) >> mantissa_bits, mantissa = byte & ((1 << mantissa_bits) - 1);
+    const int top = (1 << (7 - mantissa_bits)) - 1;
+    if (e5m2 && exponent == top) return mantissa == 0 ? sign * INFINITY : NAN;
+    if (!e5m2 && (byte & 0x7f) == 0x7f) return NAN;
+    if (exponent == 0) return sign * std::ldexp(float(mantissa), 1 - bias - mantissa_bits);
+    return sign * std::ldexp(float((1 << mantissa_bits) + mantissa), exponent - bias - mantissa_bits);
+}
+
+inline float fp8_value(unsigned char byte, bool e5m2) {
+    static const std::vector<float> tables[2] = {
+        [] {
+            std::vector<float> table(256);
+            for (unsigned b = 0; b < 256; ++b) table[b] = fp8_decoded((unsigned char)b, false);
+            return table;
+        }(),
+        [] {
+            std::vector<float> table(256);
+            for (unsigned b = 0; b < 256; ++b) table[b] = fp8_decoded((unsigned char)b, true);
+            return table;
+        }(),
+    };
+    return tables[e5m2][byte];
+}
+
+// cvt.rn.satfinite.e4m3x2.f32 for one value: to nearest, ties to even; past 448 (infinities too)
+// saturated to +-448; NaN stays NaN.
+inline unsigned char e4m3_bits(float value) {
+    const unsigned char sign = std::signbit(value) ? 0x80 : 0;
+    if (std::isnan(value)) return sign | 0x7f;
+    const double magnitude = std::min(std::fabs(double(value)), 448.0);
+    if (magnitude < 0x1p-6) return sign | (unsigned char)std::nearbyint(magnitude * 0x1p9);
+    int exponent;
+    std::frexp(magnitude, &exponent);  // magnitude = f 2^exponent, f in [0.5, 1)
+    --exponent;
+    int mantissa = int(std::nearbyint(std::ldexp(magnitude, 3 - exponent)));  // in [8, 16]
+    if (mantissa == 16) ++exponent, mantissa = 8;
+    return sign | (unsigned char)(((exponent + 7) << 3) | (mantissa - 8));
+}
+
+inline unsigned short pack_e4m3(float low, float high) {
+    return (unsigned short)(e4m3_bits(low) | (unsigned(e4m3_bits(high)) << 8));
+}
+
+// PTX ISA, "Matrix fragments for mma.m16n8k32" (8-bit types), byte k % 4 of the register:
+//   A element (row, k): lane 4 * (row % 8) + (k % 16) / 4, register (row >= 8) + 2 (k >= 16)
+//   B element (k, n):   lane 4 * n + (k % 16) / 4, register (k >= 16)
+//   C as m16n8k16's
+template <bool A_E5M2, bool B_E5M2>
+struct HostFp8Mma {
+    static float element(unsigned reg, int byte, bool e5m2) {
+        return fp8_value((unsigned char)(reg >> (8 * byte)), e5m2);
+    }
+    static void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+        WarpState& warp = current_warp();
+        std::memcpy(warp.a[lane_index], a, sizeof a);
+        warp.b[lane_index][0] = b0;
+        warp.b[lane_index][1] = b1;
+        warp.barrier.arrive_and_wait();
+        const int group = lane_index / 4, tig = lane_index % 4;
+        for (int i = 0; i < 4; ++i) {
+            const int row = group + 8 * (i / 2), col = 2 * tig + (i % 2);
+            double sum = c[i];
+            for (int k = 0; k < 32; ++k) {
+                const unsigned a_reg = warp.a[4 * (row % 8) + (k % 16) / 4][(row >= 8) + 2 * (k >= 16)];
+                const unsigned b_reg = warp.b[4 * col + (k % 16) / 4][k >= 16];
+                sum += double(element(a_reg, k % 4, A_E5M2)) * double(element(b_reg, k % 4, B_E5M2));
+            }
+            c[i] = static_cast<float>(sum);
+        }
+        warp.barrier.arrive_and_wait();
+    }
+};
+
+constexpr bool is_e5m2(const char* ptx_type) { return ptx_type[1] == '5'; }
+
+#define EIGHT_BIT_MMA(NAME, A_TYPE, B_TYPE) \
+    struct NAME : HostFp8Mma<is_e5m2(A_TYPE), is_e5m2(B_TYPE)> {};
 
 // --- ldmatrix and cp.async ------------------------------------------------------------------------
 
