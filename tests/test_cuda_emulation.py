@@ -1,18 +1,21 @@
 """The CUDA kernels' own code, run on the host (tests/cuda_emulation): every flash kernel (dtype x
 head dim, and its _softcap twin) at partial tiles, Tq < Tk, without the mask, with an explicit
-scale and with sinks, its log-sum-exp, and the naive kernels, each judged against the float64
-oracle with the suite's tolerance budget. The whole suite on them: ``--impl
-tests.cuda_emulation:flash``."""
+scale and with sinks, its log-sum-exp, every FP8 kernel (format x head dim) and the key/value
+cache's FP8 path, and the naive kernels, each judged against the float64 oracle with the suite's
+tolerance budget; and the emulation's own FP8 conversions against spec.fp8. The whole suite on
+them: ``--impl tests.cuda_emulation:flash``."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from conformance.judge.fp8 import Fp8Inputs, compare_fp8
 from conformance.judge.tolerance import compare_to_oracle
-from impls.cuda_kernels import FLASH_HEAD_DIMS
+from impls.cuda_kernels import FLASH_HEAD_DIMS, FP8_KERNEL_FORMATS
 from spec.dtypes import round_to
 from spec.formula import reference_log_sum_exp
+from spec.fp8 import output_dtype, quantize_call, round_to_fp8, values_of_bytes
 from tests import cuda_emulation
 
 # (Tq, Tk, causal, scale, modifiers): one row; partial query blocks and key tiles; Tq < Tk
@@ -67,6 +70,68 @@ def test_flash_kernel_matches_the_oracle_and_its_log_sum_exp(emulation, dtype, h
         expected = reference_log_sum_exp(q, k, causal=causal, scale=scale, **modifiers)
         # float32 log-sum-exp of scores that are exact products of the inputs: a few ulps.
         np.testing.assert_allclose(lse, expected, rtol=1e-5, atol=1e-5, err_msg=where)
+
+
+# (Tq, Tk, causal): one row; partial query blocks and key tiles with Tq < Tk, bottom-right; no
+# mask. FP8 calls have no window, cap or sinks (impls.fp8_calls).
+FP8_CASES = [(1, 1, True), (65, 130, True), (70, 150, False)]
+# (convention, kv scale granularity, q's dtype under kv_scale): FlashAttention 3's on the FP8
+# kernels, and the key/value cache's on the kernel of each dtype q may have
+FP8_CALLS = [
+    ("descale", None, None), ("kv_scale", "kv_head", "bfloat16"), ("kv_scale", "tensor", "float16"),
+    ("kv_scale", "kv_head", "float32"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("head_dim", FLASH_HEAD_DIMS)
+@pytest.mark.parametrize("fmt", list(FP8_KERNEL_FORMATS))
+def test_fp8_kernels_match_the_truth_within_their_budget(emulation, fmt, head_dim):
+    """Two items, Hq = 4 over Hkv = 2, each (b, kv head) at its own amplitude (so every scale
+    differs), quantized as each convention's callers do, held as the FP8 claims hold them."""
+    impl = emulation.flash
+    rng = np.random.default_rng([head_dim, len(fmt), 8])
+    p_rounding = impl.capabilities.fp8_p
+    for tq, tk, causal in FP8_CASES:
+        amplitude = rng.uniform(0.5, 4.0, (2, 2, 1, 1))  # (B, Hkv, 1, 1)
+        q = np.repeat(amplitude, 2, axis=1) * rng.standard_normal((2, 4, tq, head_dim))
+        k, v = (amplitude * rng.standard_normal((2, 2, tk, head_dim)) for _ in range(2))
+        for convention, kv_scale, query_dtype in FP8_CALLS:
+            *stored, scales = quantize_call(q, k, v, fmt, convention, kv_scale, query_dtype)
+            dtypes = (query_dtype or fmt, fmt, fmt)
+            out = impl.attention(
+                *(impl.from_numpy(x, dtype) for x, dtype in zip(stored, dtypes, strict=True)),
+                causal=causal, **scales.keywords,
+            )  # fmt: skip
+            expected = output_dtype(convention, query_dtype, impl.capabilities.fp8_output)
+            where = f"{fmt} D={head_dim} Tq={tq} Tk={tk} causal={causal} {convention} {kv_scale}"
+            assert impl.dtype_name(out) == expected, f"{where}: out is {impl.dtype_name(out)}"
+            comparison = compare_fp8(
+                impl.to_numpy(out).astype(np.float64), Fp8Inputs(*stored, scales),
+                causal=causal, scale=None, p_rounding=p_rounding, out_dtype=expected,
+            )  # fmt: skip
+            assert comparison.ok, f"{where}: {comparison.describe()}"
+
+
+def test_the_emulations_fp8_conversions_are_spec_fp8s(emulation):
+    """Its decoding of every byte of e4m3fn and e5m2 (what its m16n8k32 reads), and its rounding
+    of P to e4m3 (cvt.rn.satfinite: to nearest even, past 448 saturated, NaN kept), near every
+    e4m3 value, at the ties and past the range."""
+    library = emulation.library()
+    for fmt, e5m2 in (("float8_e4m3fn", 0), ("float8_e5m2", 1)):
+        decoded = np.array([library.emulated_fp8_value(byte, e5m2) for byte in range(256)])
+        np.testing.assert_array_equal(decoded, values_of_bytes(fmt), err_msg=fmt)
+    finite = np.unique(np.abs(values_of_bytes("float8_e4m3fn")[np.isfinite(values_of_bytes(
+        "float8_e4m3fn"))]))  # fmt: skip
+    ties = (finite[:-1] + finite[1:]) / 2
+    values = np.concatenate([finite, ties, np.nextafter(ties, 0), np.nextafter(ties, 1),
+                             [463.9, 464.0, 480.0, 1e6, np.inf]])  # fmt: skip
+    values = np.concatenate([values, -values]).astype(np.float32)
+    rounded = np.array([values_of_bytes("float8_e4m3fn")[library.emulated_pack_e4m3(x, 0) & 0xFF]
+                        for x in values])  # fmt: skip
+    expected = round_to_fp8(np.clip(values.astype(np.float64), -448, 448), "float8_e4m3fn")
+    np.testing.assert_array_equal(rounded, expected)
+    high = library.emulated_pack_e4m3(0.0, np.float32(np.nan)) >> 8
+    assert high & 0x7F == 0x7F, f"NaN rounded to byte {high:#04x}, but should stay NaN"
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])

@@ -92,6 +92,10 @@ def load(library: Path) -> ctypes.CDLL:
         ctypes.c_char_p, *[pointer] * 5, *[integer] * 3, real, integer, integer, *[pointer] * 3,
     ]  # fmt: skip
     lib.run_flash_fp8.restype = integer
+    lib.emulated_pack_e4m3.argtypes = [real, real]
+    lib.emulated_pack_e4m3.restype = ctypes.c_ushort
+    lib.emulated_fp8_value.argtypes = [ctypes.c_ubyte, integer]
+    lib.emulated_fp8_value.restype = real
     lib.run_flash_backward.argtypes = [
         ctypes.c_char_p, *[pointer] * 7, *[integer] * 5, real, *[integer] * 2, real,
         *[pointer] * 4,

@@ -101,3 +101,7 @@ extern "C" int run_flash_fp8(const char* name, const void* q, const void* k, con
     RUN_FP8_IF(flash_e5m2_d128)
     return 1;
 }
+
+// The emulation's own FP8 conversions, for tests/test_cuda_emulation.py to hold to spec.fp8.
+extern "C" unsigned short emulated_pack_e4m3(float low, float high) { return pack_e4m3(low, high); }
+extern "C" float emulated_fp8_value(unsigned char byte, int e5m2) { return fp8_value(byte, e5m2); }
