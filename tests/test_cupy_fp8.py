@@ -1,0 +1,32 @@
+"""``cupy_flash``'s FP8 declarations and its device arrays for FP8, where they can be checked
+without a GPU (tests/test_cuda_emulation.py runs the FP8 kernels themselves on the host)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from impls.cupy_arrays import Fp8DeviceArray
+from impls.cupy_flash import FLASH_CAPABILITIES, CupyFlash
+
+
+def test_an_fp8_device_array_names_its_format_and_holds_bytes():
+    bits = np.zeros((1, 2, 3, 32), np.uint8)  # a cupy.ndarray on a GPU; only its dtype is read
+    array = Fp8DeviceArray(bits, "float8_e5m2")
+    assert (array.shape, array.ndim, array.dtype) == ((1, 2, 3, 32), 4, "float8_e5m2")
+    with pytest.raises(ValueError, match="format='e4m3', but should be one of float8_e4m3fn"):
+        Fp8DeviceArray(bits, "e4m3")
+    with pytest.raises(TypeError, match="bits of dtype float16, but should be uint8"):
+        Fp8DeviceArray(bits.astype(np.float16), "float8_e4m3fn")
+
+
+def test_before_sm_89_cupy_flash_declares_fp8_under_the_cache_convention_only(monkeypatch):
+    """FlashAttention 3's convention runs on FP8 tensor cores, which sm_80 lacks; the key/value
+    cache's widens k and v to q's dtype and runs anywhere."""
+    impl = CupyFlash()
+    monkeypatch.setattr(CupyFlash, "unavailable_reason", lambda self: None)
+    monkeypatch.setattr(CupyFlash, "compute_capability", lambda self: 80)
+    assert impl.capabilities.fp8_conventions == ("kv_scale",)
+    monkeypatch.setattr(CupyFlash, "compute_capability", lambda self: 90)
+    assert impl.capabilities == FLASH_CAPABILITIES
+    assert FLASH_CAPABILITIES.fp8_conventions == ("descale", "kv_scale")
