@@ -149,13 +149,22 @@ def main() -> None:
         action="store_true",
         help="survey the FP8 claims' calls of the built-ins declaring FP8 instead of outputs",
     )
+    parser.add_argument(
+        "--impl",
+        action="append",
+        metavar="SPEC",
+        help="with --gradients or --fp8: survey this implementation (a built-in's name or "
+        "package.module:attr; repeatable) instead of the CPU built-ins",
+    )
     options = parser.parse_args()
+    if options.impl and not (options.gradients or options.fp8):
+        parser.error("--impl takes --gradients or --fp8")
     if options.seeds < 1:
         parser.error(f"--seeds={options.seeds}, but should be at least 1")
     if options.gradients and options.fp8:
         parser.error("--gradients and --fp8 are two surveys: choose one")
     if options.gradients or options.fp8:
-        main_seeded(range(options.seeds), fp8=options.fp8)
+        main_seeded(range(options.seeds), fp8=options.fp8, selectors=options.impl)
         return
     cases = [
         Case(batch=1, heads=2, tq=tq, tk=tk, head_dim=d, causal=causal)
@@ -188,9 +197,10 @@ def main() -> None:
         )
 
 
-def main_seeded(seeds, *, fp8: bool) -> None:
-    """The gradient survey, or with ``fp8`` the FP8 one, of the CPU built-ins over ``seeds``."""
-    clients = open_clients([name for name in BUILTINS if not name.endswith("_cuda")])
+def main_seeded(seeds, *, fp8: bool, selectors: list[str] | None = None) -> None:
+    """The gradient survey, or with ``fp8`` the FP8 one, over ``seeds``, of ``selectors`` or the
+    CPU built-ins."""
+    clients = open_clients(selectors or [name for name in BUILTINS if not name.endswith("_cuda")])
     surveyed = survey_fp8 if fp8 else survey_gradients
     try:
         rows = [

@@ -1,5 +1,6 @@
 """Extensions, FP8 as serving kernels run it: the scales, the formats, accuracy where P's
-rounding breaks, and a NaN stored (FP8-SCALES, FP8-FORMAT, FP8-ACCURACY, FP8-NAN). Inputs are
+rounding breaks, and a NaN stored (FP8-SCALES, FP8-FORMAT, FP8-ACCURACY, FP8-NAN), and
+MASK-NONFINITE's SHOULD for what FP8 operands store at future positions. Inputs are
 quantized as callers quantize them (spec.fp8's recipes); conformance.judge.fp8 holds the output to
 the float64 formula on the dequantized inputs within the budget of the arithmetic the
 implementation declares."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conformance.judge.assertions import assert_identical
 from conformance.judge.fp8 import Fp8Inputs, assert_fp8_matches, call_fp8, quantized
 from conformance.judge.harness import Case, Subject
 from spec.dtypes import round_to
@@ -215,6 +217,45 @@ def test_a_nan_in_an_fp8_operand_reaches_the_outputs_that_read_it(subject, fmt, 
         pytest.skip(f"{subject.name} declares fp8_nan={subject.client.capabilities.fp8_nan!r}")
     case, inputs = nan_call(subject, fmt, operand, index)
     assert_fp8_matches(subject, case, call_fp8(subject, case, inputs), inputs)
+
+
+# MASK-NONFINITE's SHOULD in FP8: what an FP8 operand can hold that is not a number, stored at
+# positions after the cut, must not reach rows 0..cut (a NaN, and e5m2's infinities)
+FUTURE_CUT = 20
+
+
+def nonfinite_values(fmt: str) -> list[float]:
+    return [np.nan] + ([np.inf, -np.inf] if fp8_format(fmt).overflow == "inf" else [])
+
+
+def assert_fp8_future_does_not_reach_past_rows(subject: Subject, fmt: str, operand: str):
+    """FP8-NAN's draw in ``fmt`` called clean, then with each value :func:`nonfinite_values`
+    gives stored in ``operand`` at every position after FUTURE_CUT: rows 0..FUTURE_CUT bit for
+    bit as clean."""
+    convention, kv_scale, _ = first_declared(subject)
+    case = fp8_case(subject, convention, kv_scale, fmt, batch=2, heads=4, tq=48, head_dim=16)
+    q, k, v = per_head_amplitudes(subject, case, case.q_shape, case.k_shape, case.v_shape)
+    inputs = quantized(case, q, k, v)
+    clean = call_fp8(subject, case, inputs)[..., : FUTURE_CUT + 1, :]
+    for bad in nonfinite_values(fmt):
+        planted = {name: getattr(inputs, name).copy() for name in "qkv"}
+        planted[operand][..., FUTURE_CUT + 1 :, :] = bad
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = call_fp8(subject, case, Fp8Inputs(*planted.values(), inputs.scales))
+        what = f"rows 0..{FUTURE_CUT} with {operand}[positions > {FUTURE_CUT}] = {bad} in {fmt}"
+        assert_identical(subject, case, what, out[..., : FUTURE_CUT + 1, :], clean)
+
+
+@pytest.mark.claim("MASK-NONFINITE", "MASK-NONFINITE-KEYS")
+@pytest.mark.parametrize("fmt", list(FP8_FORMATS))
+def test_nonfinite_fp8_future_keys_do_not_reach_past_rows(subject, fmt):
+    assert_fp8_future_does_not_reach_past_rows(subject, fmt, "k")
+
+
+@pytest.mark.claim("MASK-NONFINITE", "MASK-NONFINITE-VALUES")
+@pytest.mark.parametrize("fmt", list(FP8_FORMATS))
+def test_nonfinite_fp8_future_values_do_not_reach_past_rows(subject, fmt):
+    assert_fp8_future_does_not_reach_past_rows(subject, fmt, "v")
 
 
 # Every FP8 test's call by name, as (its builder, its arguments): python -m conformance.survey
