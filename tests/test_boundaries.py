@@ -31,7 +31,7 @@ OPTION_FLAGS = {flag for option in OPTIONS for flag in (option.flag, *option.run
 # attnspec list's --impl names what to list: an option of another command, not the table's.
 # Options of other commands that share a name with the table's, in the same role: what to judge
 # or time, where its JSON or HTML goes, where its modules are found.
-OTHER_COMMANDS_OPTIONS = {("conformance/cli.py", "--impl")} | {
+OTHER_COMMANDS_OPTIONS = {("conformance/cli.py", "--impl"), ("conformance/survey.py", "--impl")} | {
     ("conformance/bench/cli.py", flag)
     for flag in ("--impl", "--report-json", "--report-html", "--impl-path")
 }
