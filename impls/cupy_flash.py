@@ -10,6 +10,7 @@ to the output.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
@@ -59,10 +60,10 @@ class CupyFlash(CupyArrays, Implementation):
 
     name = "cupy_flash"
 
-    @property
+    @functools.cached_property
     def capabilities(self) -> Capabilities:
         """FLASH_CAPABILITIES; before sm_89, which has no FP8 tensor cores, FP8 under the
-        key/value cache's convention only."""
+        key/value cache's convention only (once per instance: every call reads it)."""
         if self.unavailable_reason() is None and self.compute_capability() < FP8_TENSOR_CORES:
             return replace(FLASH_CAPABILITIES, fp8_conventions=("kv_scale",))
         return FLASH_CAPABILITIES

@@ -23,10 +23,9 @@ def test_an_fp8_device_array_names_its_format_and_holds_bytes():
 def test_before_sm_89_cupy_flash_declares_fp8_under_the_cache_convention_only(monkeypatch):
     """FlashAttention 3's convention runs on FP8 tensor cores, which sm_80 lacks; the key/value
     cache's widens k and v to q's dtype and runs anywhere."""
-    impl = CupyFlash()
     monkeypatch.setattr(CupyFlash, "unavailable_reason", lambda self: None)
     monkeypatch.setattr(CupyFlash, "compute_capability", lambda self: 80)
-    assert impl.capabilities.fp8_conventions == ("kv_scale",)
+    assert CupyFlash().capabilities.fp8_conventions == ("kv_scale",)
     monkeypatch.setattr(CupyFlash, "compute_capability", lambda self: 90)
-    assert impl.capabilities == FLASH_CAPABILITIES
+    assert CupyFlash().capabilities == FLASH_CAPABILITIES
     assert FLASH_CAPABILITIES.fp8_conventions == ("descale", "kv_scale")
