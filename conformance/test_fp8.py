@@ -34,7 +34,7 @@ def fp8_case(subject: Subject, convention: str, kv_scale: str | None, fmt: str, 
     if convention == "descale":
         dtype = fmt
     else:
-        dtype = next((d for d in QUERY_DTYPES if d in caps.dtypes), QUERY_DTYPES[-1])
+        dtype = next((d for d in QUERY_DTYPES if d in caps.fp8_queries), QUERY_DTYPES[-1])
     case = Case(dtype=dtype, fp8_format=fmt, fp8_convention=convention, fp8_kv_scale=kv_scale,
                 **shape)  # fmt: skip
     if caps.gqa and case.kv_heads is None:

@@ -142,7 +142,9 @@ class Capabilities:
     # formats its FP8 operands may have (FP8_FORMATS), the key/value cache's scale granularities
     # (KV_SCALE_GRANULARITIES), where it rounds P (P_ROUNDINGS), and the dtype of its output
     # under FlashAttention 3's descale convention (the kv_scale convention's is q's); what it
-    # does with a NaN stored in an FP8 operand (NAN_HANDLINGS)
+    # does with a NaN stored in an FP8 operand (NAN_HANDLINGS); the dtypes q may have under the
+    # key/value cache's convention (None: its dtypes; a NumPy kernel may take a bfloat16 q there,
+    # through ml_dtypes, without declaring bfloat16 for every call)
     fp8: bool = False
     fp8_conventions: tuple[str, ...] = ("descale", "kv_scale")
     fp8_formats: tuple[str, ...] = ("float8_e4m3fn",)
@@ -150,6 +152,7 @@ class Capabilities:
     fp8_p: str = "float32"
     fp8_output: str = "bfloat16"
     fp8_nan: str = "propagate"
+    fp8_query_dtypes: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.dtypes:
@@ -214,11 +217,18 @@ class Capabilities:
                     + ("at least one of " if isinstance(getattr(self, field), tuple) else "one of ")
                     + ", ".join(vocabulary)
                 )
+        for dtype in self.fp8_query_dtypes or ():
+            check_dtype(dtype)
         if self.fp8_output not in ("float32", "float16", "bfloat16"):
             raise ValueError(
                 f"Capabilities.fp8_output={self.fp8_output!r}, but should be one of float32, "
                 "float16, bfloat16"
             )
+
+    @property
+    def fp8_queries(self) -> tuple[str, ...]:
+        """The dtypes q may have under the key/value cache's FP8 convention."""
+        return self.dtypes if self.fp8_query_dtypes is None else self.fp8_query_dtypes
 
     def declares(self, feature: str) -> bool:
         """Whether it implements the feature ``feature`` (a name in spec.features.FEATURES)."""

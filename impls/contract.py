@@ -190,9 +190,9 @@ class NumpyArrays:
         return f"numpy {np.__version__}"
 
     def from_numpy(self, array: np.ndarray, dtype: str) -> np.ndarray:
-        if dtype == "bfloat16":
-            raise ContractViolation("NumPy has no bfloat16 dtype")
-        if dtype in FP8_FORMATS:  # the values are exact in the format: the cast only stores them
+        # NumPy has no bfloat16 or FP8 dtypes: ml_dtypes' (bfloat16 only where an implementation
+        # declares it, as an FP8 call's q). The values are exact: the cast only stores them.
+        if dtype in FP8_FORMATS or dtype == "bfloat16":
             return np.ascontiguousarray(array, dtype=fp8_numpy_dtype(dtype))
         return np.ascontiguousarray(array, dtype=numpy_storage(dtype))
 
@@ -306,8 +306,8 @@ def fp8_declaration(fn: Callable, accepted: set[str]) -> dict:
     """A plain callable's FP8 declaration: a convention by accepting its scales' keywords
     (q_descale, k_descale, v_descale; k_scale, v_scale), the rest as attributes, as in
     fn.fp8_formats = ("float8_e4m3fn",), fn.fp8_p = "e4m3_offset8", fn.fp8_output = "float32",
-    fn.fp8_kv_scales = ("kv_head",), fn.fp8_nan = "unspecified"; their defaults are
-    Capabilities'."""
+    fn.fp8_kv_scales = ("kv_head",), fn.fp8_nan = "unspecified", fn.fp8_query_dtypes =
+    ("bfloat16",); their defaults are Capabilities'."""
     conventions = tuple(
         convention
         for convention, keywords in FP8_SCALE_KEYWORDS.items()
@@ -315,7 +315,9 @@ def fp8_declaration(fn: Callable, accepted: set[str]) -> dict:
     )
     if not conventions:
         return {}
-    attributes = ("fp8_formats", "fp8_kv_scales", "fp8_p", "fp8_output", "fp8_nan")
+    attributes = (
+        "fp8_formats", "fp8_kv_scales", "fp8_p", "fp8_output", "fp8_nan", "fp8_query_dtypes",
+    )  # fmt: skip
     declared = {name: getattr(fn, name) for name in attributes if hasattr(fn, name)}
     declared = {n: tuple(v) if isinstance(v, list | tuple) else v for n, v in declared.items()}
     return {"fp8": True, "fp8_conventions": conventions, **declared}

@@ -141,9 +141,8 @@ class CupyFlash(CupyArrays, Implementation):
         """An FP8 call (the module's docstring): its checks, then its kernel."""
         capabilities = self.capabilities
         scales = checked_scales(
-            capabilities, q, k, v, causal, scale, keywords, dtype_name=self.dtype_name,
-            query_dtypes=capabilities.dtypes,
-        )  # fmt: skip
+            capabilities, q, k, v, causal, scale, keywords, dtype_name=self.dtype_name
+        )
         fmt = self.dtype_name(k)
         batch, kv_heads, d = q.shape[0], k.shape[1], q.shape[-1]
         if d not in FLASH_HEAD_DIMS or v.shape[-1] != d:

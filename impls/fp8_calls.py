@@ -33,11 +33,11 @@ def is_fp8_call(q, k, v, keywords: dict, dtype_name: Callable = numpy_dtype_name
 
 def checked_scales(
     capabilities, q, k, v, causal, scale, keywords: dict, *,
-    dtype_name: Callable = numpy_dtype_name, query_dtypes=("float32", "float64"),
+    dtype_name: Callable = numpy_dtype_name,
 ) -> Fp8Scales:  # fmt: skip
     """The call's scales in its convention, after the checks a kernel's entry point makes; an
-    AttentionInputError names the first thing wrong. ``query_dtypes``: those q may have under the
-    key/value cache's convention, where q is not FP8. With PAGED_KEYWORDS, where the
+    AttentionInputError names the first thing wrong. Under the key/value cache's convention q is
+    not FP8, and of a dtype in ``capabilities.fp8_queries``. With PAGED_KEYWORDS, where the
     implementation declares paged, k and v are page pools."""
     given = {name for name in FP8_KEYWORDS if name in keywords}
     conventions = [c for c, names in SCALE_KEYWORDS.items() if given & set(names)]
@@ -71,9 +71,9 @@ def checked_scales(
                 f"{name}.dtype={dtype}, but should be one of {', '.join(capabilities.fp8_formats)}"
                 f" in the {convention} convention"
             )
-        if name not in fp8_operands and dtype not in query_dtypes:
+        if name not in fp8_operands and dtype not in capabilities.fp8_queries:
             raise AttentionInputError(
-                f"q.dtype={dtype}, but should be one of {', '.join(query_dtypes)}"
+                f"q.dtype={dtype}, but should be one of {', '.join(capabilities.fp8_queries)}"
             )
     if dtypes["k"] != dtypes["v"] or (convention == "descale" and dtypes["q"] != dtypes["k"]):
         raise AttentionInputError(

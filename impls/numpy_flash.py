@@ -38,7 +38,7 @@ from impls.contract import (
     validate_inputs,
 )
 from impls.fp8_calls import is_fp8_call
-from impls.numpy_fp8 import flash3_attention
+from impls.numpy_fp8 import FP8_QUERY_DTYPES, flash3_attention
 from spec.formula import merge_states
 
 BLOCK_M = 64  # query rows per block: 4 warps x 16 rows in the tensor-core kernel
@@ -307,6 +307,7 @@ class NumpyFlash(NumpyArrays, Implementation):
         fp8_formats=("float8_e4m3fn", "float8_e5m2"),
         fp8_p="e4m3_offset8",
         fp8_output="bfloat16",
+        fp8_query_dtypes=FP8_QUERY_DTYPES,
     )
 
     def vjp(self, q, k, v, grad_out, *, causal=True, scale=None, grad_lse=None, **variant):

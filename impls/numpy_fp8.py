@@ -21,6 +21,10 @@ from spec.dtypes import rounded_in_storage
 from spec.formula import resolve_scale
 from spec.fp8 import dequantized, round_p
 
+# q's dtypes under the key/value cache's convention: the 16-bit ones through ml_dtypes (q is
+# widened to float32 first, exactly), though the NumPy built-ins compute in float32 and float64
+FP8_QUERY_DTYPES = ("bfloat16", "float16", "float32", "float64")
+
 
 def dequantized_attention(impl, q, k, v, *, causal, scale, **keywords):
     """``numpy``'s FP8 path: each operand times its scale in float32, then its float32 path."""

@@ -39,7 +39,7 @@ from impls.contract import (
 )
 from impls.fp8_calls import is_fp8_call
 from impls.machine import usable_cores
-from impls.numpy_fp8 import dequantized_attention
+from impls.numpy_fp8 import FP8_QUERY_DTYPES, dequantized_attention
 from spec.formula import repeat_kv_heads
 
 try:
@@ -81,6 +81,7 @@ class NumpyVectorised(NumpyArrays, Implementation):
         fp8_formats=("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"),
         fp8_p="float32",
         fp8_output="float32",
+        fp8_query_dtypes=FP8_QUERY_DTYPES,
     )
 
     def attention(

@@ -17,8 +17,6 @@ from impls.torch_arrays import repeated_heads, torch, torch_dtype_name, visible_
 from spec.formula import resolve_scale
 from spec.fp8 import Fp8Scales
 
-QUERY_DTYPES = ("float16", "bfloat16", "float32", "float64")
-
 
 def is_torch_fp8_call(q, k, v, keywords: dict) -> bool:
     return is_fp8_call(q, k, v, keywords, dtype_name=torch_dtype_name)
@@ -27,7 +25,7 @@ def is_torch_fp8_call(q, k, v, keywords: dict) -> bool:
 def fp8_attention(capabilities, q, k, v, *, causal, scale, **keywords):
     """The FP8 call's output, (B, Hq, Tq, Dv) in the convention's dtype (see the docstring)."""
     scales = checked_scales(capabilities, q, k, v, causal, scale, keywords,
-                            dtype_name=torch_dtype_name, query_dtypes=QUERY_DTYPES)  # fmt: skip
+                            dtype_name=torch_dtype_name)  # fmt: skip
     softmax_scale = resolve_scale(scale, q.shape[-1])
     if scales.convention == "descale":
         scores = scaled_scores(q, k, scales) * softmax_scale  # (B, Hq, Tq, Tk) float32

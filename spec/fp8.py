@@ -142,8 +142,10 @@ def ml_dtypes_missing() -> str | None:
 
 
 def numpy_dtype(name: str) -> np.dtype:
-    """The NumPy dtype (ml_dtypes') of the FP8 format ``name``; ImportError naming ml_dtypes."""
-    fp8_format(name)
+    """The NumPy dtype (ml_dtypes') of the FP8 format ``name``, or of bfloat16 (a query's under
+    the key/value cache's convention); ImportError naming ml_dtypes."""
+    if name != "bfloat16":
+        fp8_format(name)
     reason = ml_dtypes_missing()
     if reason:
         raise ImportError(reason)

@@ -95,6 +95,16 @@ def test_a_plain_callable_declares_fp8_by_its_scales_keywords_and_attributes():
         return q
 
     assert not PlainCallable(half, "half").capabilities.fp8
+
+    def cache(q, k, v, *, causal=True, scale=None, k_scale=None, v_scale=None):
+        return q
+
+    assert PlainCallable(cache, "cache").capabilities.fp8_queries == ("float64", "float32")
+    cache.fp8_query_dtypes = ["bfloat16"]  # q's dtypes under the cache's convention alone
+    caps = PlainCallable(cache, "cache").capabilities
+    assert (caps.fp8_queries, caps.dtypes) == (("bfloat16",), ("float64", "float32"))
+    with pytest.raises(ValueError, match="int4"):
+        Capabilities(dtypes=("float32",), fp8=True, fp8_query_dtypes=("int4",))
     with pytest.raises(ValueError, match="fp8_p='e4m3_offset9', but should name one of"):
         Capabilities(dtypes=("float32",), fp8=True, fp8_p="e4m3_offset9")
 
@@ -118,6 +128,7 @@ def kv_cache_call(**changes):
         ({"k_scale": np.ones((1, 2), np.float32)}, r"k_scale of shape \(1, 2\)"),
         ({"v_scale": np.array([0.25, -2.0], np.float32)}, "scales are finite and > 0"),
         ({"window": 3}, r"unexpected \['window'\]"),
+        ({"q": np.zeros((1, 4, 8, 16), np.int8)}, "q.dtype=int8, but should be one of"),
     ],
     ids=[
         "a-scale-missing",
@@ -126,6 +137,7 @@ def kv_cache_call(**changes):
         "k-scale-per-batch",
         "negative",
         "with-a-window",
+        "q-of-int8",
     ],
 )
 @pytest.mark.optional_libraries

@@ -302,7 +302,7 @@ def fp8_refusal(
         return f"{client.name} does not declare the {convention} convention"
     if convention == "kv_scale" and "kv_head" not in caps.fp8_kv_scales:
         return f"{client.name} does not declare a scale per kv head (Capabilities.fp8_kv_scales)"
-    if query_dtype is not None and query_dtype not in caps.dtypes:
+    if query_dtype is not None and query_dtype not in caps.fp8_queries:
         return f"{client.name} does not declare q in {query_dtype}"
     return None
 

@@ -267,9 +267,10 @@ class Subject:
             what
             for what, needed, declared in (
                 (
-                    f"dtype {case.dtype}",
+                    f"dtype {case.dtype}" + (" for q" if case.fp8_convention == "kv_scale" else ""),
                     True,
-                    case.dtype in caps.dtypes or case.dtype == case.fp8_format,
+                    case.dtype == case.fp8_format
+                    or case.dtype in (caps.fp8_queries if case.fp8_convention else caps.dtypes),
                 ),
                 ("fp8 (FP8 operands with scales)", case.fp8_format is not None, caps.fp8),
                 (
