@@ -25,9 +25,10 @@ def numpy_dtype_name(x) -> str:
 
 
 def is_fp8_call(q, k, v, keywords: dict, dtype_name: Callable = numpy_dtype_name) -> bool:
-    """Whether a call is an FP8 one: a scale among its keywords, or an FP8 operand."""
+    """Whether a call is an FP8 one: a scale among its keywords, or an FP8 operand (an operand
+    with no dtype at all is left to the entry point's own checks to refuse)."""
     return any(name in keywords for name in FP8_KEYWORDS) or any(
-        dtype_name(x) in FP8_FORMATS for x in (q, k, v)
+        hasattr(x, "dtype") and dtype_name(x) in FP8_FORMATS for x in (q, k, v)
     )
 
 
