@@ -176,8 +176,9 @@ class CupyArrays:
             return native.format
         return "bfloat16" if native.dtype == np.uint16 else str(native.dtype)
 
-    def fp8_bits(self, native: Fp8DeviceArray):
-        """The bytes of an FP8 operand, a uint8 cupy.ndarray."""
+    def fp8_bits(self, native: Fp8DeviceArray, label: str):
+        """The bytes of FP8 operand ``label``, a uint8 cupy.ndarray, after check_arrays' checks."""
+        self.check_arrays(supported=tuple(FP8_FORMATS), **{label: native})
         return native.bits
 
     def check_arrays(self, supported=None, **arrays) -> str:

@@ -150,7 +150,7 @@ class CupyFlash(CupyArrays, Implementation):
                 f"head dims D={d}, Dv={v.shape[-1]}, but {self.name} is compiled for D = Dv in "
                 f"{', '.join(map(str, FLASH_HEAD_DIMS))}"
             )
-        k_bits, v_bits = self.fp8_bits(k), self.fp8_bits(v)
+        k_bits, v_bits = self.fp8_bits(k, "k"), self.fp8_bits(v, "v")
         xp = namespace(k_bits)
         tables = {  # each operand's multipliers per (b, h_kv), float32 (B * Hkv,)
             name: xp.asarray(per_kv_head(scales, name, batch, kv_heads)) for name in "qkv"

@@ -153,7 +153,7 @@ class EmulatedKernels(Implementation):
     def dtype_name(self, native) -> str:
         return "bfloat16" if native.dtype == np.uint16 else str(native.dtype)
 
-    def fp8_bits(self, native: np.ndarray) -> np.ndarray:
+    def fp8_bits(self, native: np.ndarray, label: str) -> np.ndarray:
         return native.view(np.uint8)
 
     def check(self, q, k, v, *, causal, scale, **variant) -> str:
