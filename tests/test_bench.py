@@ -20,6 +20,7 @@ from conformance.bench.gates import GATES_PATH
 from conformance.bench.measure import (
     FAILS,
     INCONCLUSIVE,
+    NOT_CREDIBLE,
     PASSES,
     RatioInterval,
     TimedSide,
@@ -312,11 +313,17 @@ def test_a_gate_file_with_a_gate_the_subject_cannot_meet_fails_the_run(tmp_path)
     run = attnspec("bench", "--impl", "numpy", "--gates", str(gates), "--rounds", "5",
                    "--report-json", str(report))  # fmt: skip
     assert run.returncode == EXIT_FAILS, run.stdout + run.stderr
-    assert "vs <= 0.01: FAILS" in run.stdout
     data = json.loads(report.read_text())
     assert data["schema"] == "attnspec-bench/1"
     [result] = data["results"]
-    assert result["verdict"] == FAILS
+    # A loaded machine can still make the judge's clock call a side not credible, which fails
+    # the run as well and leaves the gate unjudged (the table says which): the load, not the
+    # gate, must not decide whether this test passes. Quiet, the gate itself FAILS.
+    assert result["verdict"] in (FAILS, NOT_CREDIBLE), result
+    if result["verdict"] == FAILS:
+        assert "vs <= 0.01: FAILS" in run.stdout
+    else:
+        assert "timing not credible" in run.stdout, run.stdout
     assert [side["name"] for side in result["implementations"]] == ["numpy", "numpy"]
     assert result["implementations"][0]["answers_checked"] >= 2
 
