@@ -186,9 +186,9 @@ class CupyArrays:
         dtypes unless given); a clear error for anything this cannot launch on."""
         supported = self.capabilities.dtypes if supported is None else supported
         names = set()
-        for label, array in arrays.items():
-            if isinstance(array, Fp8DeviceArray):
-                label, array = f"{label}.bits", array.bits
+        for name_given, native in arrays.items():
+            fp8 = isinstance(native, Fp8DeviceArray)
+            label, array = (f"{name_given}.bits", native.bits) if fp8 else (name_given, native)
             if not isinstance(array, cupy.ndarray):
                 raise TypeError(
                     f"{label} is a {type(array).__module__}.{type(array).__qualname__}, but should "
@@ -204,7 +204,7 @@ class CupyArrays:
                     f"{label} is not C-contiguous (strides {array.strides}): {self.name} reads "
                     f"(B, H, T, D) rows in place; pass cupy.ascontiguousarray({label})"
                 )
-            name = self.dtype_name(arrays[label.removesuffix(".bits")])
+            name = self.dtype_name(native)
             if name not in supported:
                 raise TypeError(
                     f"{label}.dtype={array.dtype} ({name}), but should be one of "

@@ -241,6 +241,60 @@ struct Flag {
     static constexpr bool value = VALUE;
 };
 
+// --- a C fragment's rows (the tensor-core kernels') ---------------------------------------------
+//
+// A thread holds two rows of each 16x8 C fragment, row0 and row0 + 8 (r = 0, 1), two columns each;
+// the 4 threads of a group hold a row's 8 columns between them.
+
+// One online-softmax step after a tile's scores: each row's tile maximum over its group, the new
+// running maximum, the shift this tile's exponentials take and the correction of what came before.
+__device__ __forceinline__ void next_row_maxima(float (&tile_max)[2], float (&running_max)[2],
+                                                float (&shift)[2], float (&correction)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+        const float new_max = fmaxf(running_max[r], tile_max[r]);
+        // A row that has seen only masked keys shifts by 0, not -inf (-inf - -inf is NaN).
+        shift[r] = new_max == negative_infinity() ? 0.0f : new_max;
+        correction[r] = exp2f(running_max[r] - shift[r]);
+        running_max[r] = new_max;
+    }
+}
+
+// What came before scaled by each row's correction, and this tile's share of the sums added.
+template <int HEAD_DIM>
+__device__ __forceinline__ void rescale_rows(float (&acc)[HEAD_DIM / 8][4], float (&running_sum)[2],
+                                             const float (&tile_sum)[2],
+                                             const float (&correction)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) running_sum[r] = running_sum[r] * correction[r] + tile_sum[r];
+#pragma unroll
+    for (int t = 0; t < HEAD_DIM / 8; ++t) {
+        acc[t][0] *= correction[0];
+        acc[t][1] *= correction[0];
+        acc[t][2] *= correction[1];
+        acc[t][3] *= correction[1];
+    }
+}
+
+// A row's sum after the last tile: its group's shares added (every lane must take part).
+__device__ __forceinline__ float row_total(float share) {
+    share += __shfl_xor_sync(0xffffffffu, share, 1);
+    return share + __shfl_xor_sync(0xffffffffu, share, 2);
+}
+
+// Row r of this thread's accumulator, times `factor`, as Format's pairs at `row` of o.
+template <int HEAD_DIM, typename Format>
+__device__ __forceinline__ void store_row(bits16* o, int row, const float (&acc)[HEAD_DIM / 8][4],
+                                          int r, float factor, int tig) {
+#pragma unroll
+    for (int t = 0; t < HEAD_DIM / 8; ++t) {
+        const bits32 pair = Format::pack(acc[t][2 * r] * factor, acc[t][2 * r + 1] * factor);
+        *reinterpret_cast<bits32*>(o + (size_t)row * HEAD_DIM + t * 8 + 2 * tig) = pair;
+    }
+}
+
 // --- tensor-core kernel (float16, bfloat16) ---------------------------------------------------
 //
 // mma.m16n8k16 fragments (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane = 4 * group + tig.
@@ -349,17 +403,7 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
             }
         }
         float shift[2], correction[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            // The 4 threads of a group hold one row's columns between them.
-            tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-            tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-            const float new_max = fmaxf(running_max[r], tile_max[r]);
-            // A row that has seen only masked keys shifts by 0, not -inf (-inf - -inf is NaN).
-            shift[r] = new_max == negative_infinity() ? 0.0f : new_max;
-            correction[r] = exp2f(running_max[r] - shift[r]);
-            running_max[r] = new_max;
-        }
+        next_row_maxima(tile_max, running_max, shift, correction);
 
         bits32 p_frag[BLOCK_N / 16][4];
         float tile_sum[2] = {0.0f, 0.0f};
@@ -373,15 +417,7 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
             p_frag[t / 2][(t % 2) * 2 + 0] = Format::pack(p0, p1);
             p_frag[t / 2][(t % 2) * 2 + 1] = Format::pack(p2, p3);
         }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) running_sum[r] = running_sum[r] * correction[r] + tile_sum[r];
-#pragma unroll
-        for (int t = 0; t < HEAD_DIM / 8; ++t) {
-            acc[t][0] *= correction[0];
-            acc[t][1] *= correction[0];
-            acc[t][2] *= correction[1];
-            acc[t][3] *= correction[1];
-        }
+        rescale_rows<HEAD_DIM>(acc, running_sum, tile_sum, correction);
 
         wait_copies<1>();  // this tile's V (the next tile's K may still be on its way)
         __syncthreads();
@@ -418,8 +454,7 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
     bits16* o = O + (size_t)bh * tq * HEAD_DIM;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        running_sum[r] += __shfl_xor_sync(0xffffffffu, running_sum[r], 1);
-        running_sum[r] += __shfl_xor_sync(0xffffffffu, running_sum[r], 2);
+        running_sum[r] = row_total(running_sum[r]);
         const int row = row0 + 8 * r;
         if (row >= tq) continue;
         if (LSE != nullptr && tig == 0)
@@ -429,11 +464,7 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
                 ? 1.0f
                 : join_sink<Exp2>(running_max[r], running_sum[r], sinks[bh % heads] * LOG2E);
         const float factor = correction * kv_multiplier(v_scales, bh / heads_per_kv) / running_sum[r];
-#pragma unroll
-        for (int t = 0; t < HEAD_DIM / 8; ++t) {
-            const bits32 pair = Format::pack(acc[t][2 * r] * factor, acc[t][2 * r + 1] * factor);
-            *reinterpret_cast<bits32*>(o + (size_t)row * HEAD_DIM + t * 8 + 2 * tig) = pair;
-        }
+        store_row<HEAD_DIM, Format>(o, row, acc, r, factor, tig);
     }
 }
 
@@ -564,15 +595,7 @@ __device__ __forceinline__ void flash_forward_fp8(
             }
         }
         float shift[2], correction[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-            tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-            const float new_max = fmaxf(running_max[r], tile_max[r]);
-            shift[r] = new_max == negative_infinity() ? 0.0f : new_max;
-            correction[r] = exp2f(running_max[r] - shift[r]);
-            running_max[r] = new_max;
-        }
+        next_row_maxima(tile_max, running_max, shift, correction);
 
         // P's A fragments: 32 keys per k-step, C tiles 4c .. 4c + 3; a register holds a row's
         // keys (2tig, 2tig+1) of C tile t and of C tile t + 1.
@@ -594,15 +617,7 @@ __device__ __forceinline__ void flash_forward_fp8(
                 p_frag[t / 4][(t / 2) % 2 * 2 + r] = join(low, high);
             }
         }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) running_sum[r] = running_sum[r] * correction[r] + tile_sum[r];
-#pragma unroll
-        for (int t = 0; t < HEAD_DIM / 8; ++t) {
-            acc[t][0] *= correction[0];
-            acc[t][1] *= correction[0];
-            acc[t][2] *= correction[1];
-            acc[t][3] *= correction[1];
-        }
+        rescale_rows<HEAD_DIM>(acc, running_sum, tile_sum, correction);
 
 #pragma unroll
         for (int c = 0; c < BLOCK_N / 32; ++c) {
@@ -622,18 +637,13 @@ __device__ __forceinline__ void flash_forward_fp8(
     bits16* o = O + (size_t)bh * tq * HEAD_DIM;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        running_sum[r] += __shfl_xor_sync(0xffffffffu, running_sum[r], 1);
-        running_sum[r] += __shfl_xor_sync(0xffffffffu, running_sum[r], 2);
+        running_sum[r] = row_total(running_sum[r]);
         const int row = row0 + 8 * r;
         if (row >= tq) continue;
         if (LSE != nullptr && tig == 0)
             LSE[(size_t)bh * tq + row] = (running_max[r] + log2f(running_sum[r])) * LN2;
-        const float factor = v_descale[kv] / (FP8_OFFSET * running_sum[r]);
-#pragma unroll
-        for (int t = 0; t < HEAD_DIM / 8; ++t) {
-            const bits32 pair = BFloat16::pack(acc[t][2 * r] * factor, acc[t][2 * r + 1] * factor);
-            *reinterpret_cast<bits32*>(o + (size_t)row * HEAD_DIM + t * 8 + 2 * tig) = pair;
-        }
+        store_row<HEAD_DIM, BFloat16>(o, row, acc, r, v_descale[kv] / (FP8_OFFSET * running_sum[r]),
+                                      tig);
     }
 }
 

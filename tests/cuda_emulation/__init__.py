@@ -23,7 +23,6 @@ import numpy as np
 from impls.contract import Implementation, resolve_scale, validate_inputs
 from impls.cuda_kernels import (
     FLASH_HEAD_DIMS,
-    FP8_KERNEL_FORMATS,
     SOURCES,
     backward_entry_points,
     flash_entry_point,
@@ -124,6 +123,16 @@ def _address(array: np.ndarray) -> int:
     return array.ctypes.data
 
 
+def checked_launch(status: int, kernel: str, unknown: str) -> None:
+    """After a launch through the library: ``unknown`` where it had no kernel of that name
+    (status 1), and the first shared-memory race the emulation saw, as errors."""
+    if status != 0:
+        raise ValueError(unknown)
+    race = library().emulation_race().decode()
+    if race:
+        raise RuntimeError(f"{kernel}: shared-memory race: {race}")
+
+
 @functools.cache
 def library() -> ctypes.CDLL:
     """The emulation, built once for every process of this machine that asks for the same."""
@@ -179,25 +188,16 @@ class EmulatedCupyFlash(EmulatedKernels):
     vjp = CupyFlash.vjp
 
     def fp8_kernel(self, q, k, v, *, causal, scale, descales):
-        fmt = self.dtype_name(q)
-        if fmt not in FP8_KERNEL_FORMATS or {self.dtype_name(k), self.dtype_name(v)} != {fmt}:
-            raise TypeError(
-                f"q, k, v of {q.dtype}, {k.dtype}, {v.dtype}, but should share one of "
-                f"{', '.join(FP8_KERNEL_FORMATS)}"
-            )
+        # q, k and v share a format the kernels read: fp8_attention's checked_scales saw to it
         batch, heads, tq, d = q.shape
+        kernel = fp8_entry_point(self.dtype_name(q), d)
         q, k, v = (np.ascontiguousarray(x).view(np.uint8) for x in (q, k, v))
         out = np.empty(q.shape, dtype=np.uint16)  # (B, H, Tq, D), bfloat16 bits
-        kernel = fp8_entry_point(fmt, d)
         status = library().run_flash_fp8(
             kernel.encode(), *map(_address, (q, k, v, out)), None, batch * heads, tq,
             k.shape[-2], scale, int(causal), heads // k.shape[1], *map(_address, descales),
         )  # fmt: skip
-        if status != 0:
-            raise ValueError(f"no FP8 kernel {kernel}")
-        race = library().emulation_race().decode()
-        if race:
-            raise RuntimeError(f"{kernel}: shared-memory race: {race}")
+        checked_launch(status, kernel, f"no FP8 kernel {kernel}")
         return out
 
     def backward_kernels(self, q, k, v, grad_out, lse, delta, grad_lse, *, causal, scale, window,
@@ -212,11 +212,7 @@ class EmulatedCupyFlash(EmulatedKernels):
             -1 if window is None else window, kernel_softcap(softcap), optional[1],
             *map(_address, grads),
         )  # fmt: skip
-        if status != 0:
-            raise ValueError(f"no backward kernel {name}")
-        race = library().emulation_race().decode()
-        if race:
-            raise RuntimeError(f"{name}: shared-memory race: {race}")
+        checked_launch(status, name, f"no backward kernel {name}")
         return tuple(grads)
 
     def attention_and_lse(
@@ -242,11 +238,7 @@ class EmulatedCupyFlash(EmulatedKernels):
             kernel_softcap(softcap), None if sink_logits is None else _address(sink_logits), heads,
             *((None, None) if kv_scales is None else map(_address, kv_scales)),
         )  # fmt: skip
-        if status != 0:
-            raise ValueError(f"no flash kernel for dtype={dtype}, D={d}")
-        race = library().emulation_race().decode()
-        if race:
-            raise RuntimeError(f"{kernel}: shared-memory race: {race}")
+        checked_launch(status, kernel, f"no flash kernel for dtype={dtype}, D={d}")
         return out, lse
 
 

@@ -302,6 +302,38 @@ inline unsigned short bfloat16_bits(float value) {
     return static_cast<unsigned short>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
+// mma.sync of m16n8k(8 PER_REGISTER) on the warp's fragments (PTX ISA, "Matrix fragments for
+// mma.m16n8k16" and "for mma.m16n8k32"), PER_REGISTER elements to a register, element k % PER_REGISTER
+// of it at that position (the first in the lowest bits), decoded by a_value(register, position)
+// and b_value(register, position); each dot product summed in double:
+//   A element (row, k): lane 4 (row % 8) + (k % (4 PER_REGISTER)) / PER_REGISTER,
+//                       register (row >= 8) + 2 (k >= 4 PER_REGISTER)
+//   B element (k, n):   lane 4 n + (k % (4 PER_REGISTER)) / PER_REGISTER, register (k >= 4 PER_REGISTER)
+//   C element ci:       row group + 8 (i >= 2), column 2 tig + (i % 2)
+template <int PER_REGISTER, typename AValue, typename BValue>
+void warp_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, AValue a_value,
+              BValue b_value) {
+    constexpr int K = 8 * PER_REGISTER, HALF = 4 * PER_REGISTER;
+    WarpState& warp = current_warp();
+    std::memcpy(warp.a[lane_index], a, sizeof a);
+    warp.b[lane_index][0] = b0;
+    warp.b[lane_index][1] = b1;
+    warp.barrier.arrive_and_wait();
+    const int group = lane_index / 4, tig = lane_index % 4;
+    for (int i = 0; i < 4; ++i) {
+        const int row = group + 8 * (i / 2), col = 2 * tig + (i % 2);
+        double sum = c[i];
+        for (int k = 0; k < K; ++k) {
+            const int lane_of_k = (k % HALF) / PER_REGISTER, position = k % PER_REGISTER;
+            const unsigned a_reg = warp.a[4 * (row % 8) + lane_of_k][(row >= 8) + 2 * (k >= HALF)];
+            const unsigned b_reg = warp.b[4 * col + lane_of_k][k >= HALF];
+            sum += double(a_value(a_reg, position)) * double(b_value(b_reg, position));
+        }
+        c[i] = static_cast<float>(sum);
+    }
+    warp.barrier.arrive_and_wait();
+}
+
 template <bool BF16>
 struct HostFormat {
     static float value(unsigned short bits) {
@@ -315,29 +347,10 @@ struct HostFormat {
     static float element(unsigned reg, int half) {
         return value(static_cast<unsigned short>(half ? reg >> 16 : reg & 0xffffu));
     }
-    // PTX ISA, "Matrix fragments for mma.m16n8k16 with floating point type":
-    //   A element (row, k): lane 4 * (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8)
-    //   B element (k, n):   lane 4 * n + (k % 8) / 2, register (k >= 8)
-    //   C element ci:       row group + 8 (i >= 2), column 2 tig + (i % 2); half = k % 2
     static void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-        WarpState& warp = current_warp();
-        std::memcpy(warp.a[lane_index], a, sizeof a);
-        warp.b[lane_index][0] = b0;
-        warp.b[lane_index][1] = b1;
-        warp.barrier.arrive_and_wait();
-        const int group = lane_index / 4, tig = lane_index % 4;
-        for (int i = 0; i < 4; ++i) {
-            const int row = group + 8 * (i / 2), col = 2 * tig + (i % 2);
-            double sum = c[i];
-            for (int k = 0; k < 16; ++k) {
-                const float a_value =
-                    element(warp.a[4 * (row % 8) + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
-                const float b_value = element(warp.b[4 * col + (k % 8) / 2][k >= 8], k % 2);
-                sum += double(a_value) * double(b_value);
-            }
-            c[i] = static_cast<float>(sum);
-        }
-        warp.barrier.arrive_and_wait();
+        // lambdas, not function pointers: each its own type, so the compiler inlines them
+        const auto value_of = [](unsigned reg, int half) { return element(reg, half); };
+        warp_mma<2>(c, a, b0, b1, value_of, value_of);
     }
 };
 
@@ -396,33 +409,16 @@ inline unsigned short pack_e4m3(float low, float high) {
     return (unsigned short)(e4m3_bits(low) | (unsigned(e4m3_bits(high)) << 8));
 }
 
-// PTX ISA, "Matrix fragments for mma.m16n8k32" (8-bit types), byte k % 4 of the register:
-//   A element (row, k): lane 4 * (row % 8) + (k % 16) / 4, register (row >= 8) + 2 (k >= 16)
-//   B element (k, n):   lane 4 * n + (k % 16) / 4, register (k >= 16)
-//   C as m16n8k16's
+// The FP8 mma (m16n8k32), A and B each in its format, a byte to an element.
 template <bool A_E5M2, bool B_E5M2>
 struct HostFp8Mma {
-    static float element(unsigned reg, int byte, bool e5m2) {
-        return fp8_value((unsigned char)(reg >> (8 * byte)), e5m2);
+    template <bool E5M2>
+    static float element(unsigned reg, int byte) {
+        return fp8_value((unsigned char)(reg >> (8 * byte)), E5M2);
     }
     static void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-        WarpState& warp = current_warp();
-        std::memcpy(warp.a[lane_index], a, sizeof a);
-        warp.b[lane_index][0] = b0;
-        warp.b[lane_index][1] = b1;
-        warp.barrier.arrive_and_wait();
-        const int group = lane_index / 4, tig = lane_index % 4;
-        for (int i = 0; i < 4; ++i) {
-            const int row = group + 8 * (i / 2), col = 2 * tig + (i % 2);
-            double sum = c[i];
-            for (int k = 0; k < 32; ++k) {
-                const unsigned a_reg = warp.a[4 * (row % 8) + (k % 16) / 4][(row >= 8) + 2 * (k >= 16)];
-                const unsigned b_reg = warp.b[4 * col + (k % 16) / 4][k >= 16];
-                sum += double(element(a_reg, k % 4, A_E5M2)) * double(element(b_reg, k % 4, B_E5M2));
-            }
-            c[i] = static_cast<float>(sum);
-        }
-        warp.barrier.arrive_and_wait();
+        warp_mma<4>(c, a, b0, b1, [](unsigned reg, int byte) { return element<A_E5M2>(reg, byte); },
+                    [](unsigned reg, int byte) { return element<B_E5M2>(reg, byte); });
     }
 };
 
