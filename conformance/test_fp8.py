@@ -195,18 +195,30 @@ def test_fp8_output_within_the_budget_of_its_declared_rounding(subject, shape, d
 NAN_PLANTS = [("q", (0, 1, 5, 3)), ("k", (1, 0, 0, 2)), ("v", (0, 0, 0, 7))]
 
 
-def nan_call(subject: Subject, fmt: str, operand: str, index: tuple):
-    """FP8-NAN's call: FP8-SCALES' draw, two items and grouped heads, in ``fmt``, a NaN stored in
-    ``operand`` at ``index``."""
+def small_scales_draw(subject: Subject, fmt: str) -> tuple[Case, Fp8Inputs]:
+    """FP8-SCALES' draw, small, in ``fmt``: two items, grouped heads, Tq = 48, every (b, kv
+    head) at its own amplitude, in the first convention the implementation declares."""
     convention, kv_scale, _ = first_declared(subject)
-    if operand == "q" and convention == "kv_scale":
-        pytest.skip("under the key/value cache's convention q is not FP8")
     case = fp8_case(subject, convention, kv_scale, fmt, batch=2, heads=4, tq=48, head_dim=16)
     q, k, v = per_head_amplitudes(subject, case, case.q_shape, case.k_shape, case.v_shape)
-    inputs = quantized(case, q, k, v)
-    planted = {name: getattr(inputs, name).copy() for name in "qkv"}
-    planted[operand][index] = np.nan
-    return case, Fp8Inputs(planted["q"], planted["k"], planted["v"], inputs.scales)
+    return case, quantized(case, q, k, v)
+
+
+def with_stored(inputs: Fp8Inputs, operand: str, where, value: float) -> Fp8Inputs:
+    """``inputs`` with ``value`` stored in ``operand`` at ``where`` (an index), in a copy."""
+    stored = {name: getattr(inputs, name) for name in "qkv"}
+    stored[operand] = stored[operand].copy()
+    stored[operand][where] = value
+    return Fp8Inputs(*stored.values(), inputs.scales)
+
+
+def nan_call(subject: Subject, fmt: str, operand: str, index: tuple):
+    """FP8-NAN's call: :func:`small_scales_draw` with a NaN stored in ``operand`` at
+    ``index``."""
+    if operand == "q" and first_declared(subject)[0] == "kv_scale":
+        pytest.skip("under the key/value cache's convention q is not FP8")
+    case, inputs = small_scales_draw(subject, fmt)
+    return case, with_stored(inputs, operand, index, np.nan)
 
 
 @pytest.mark.claim("FP8-NAN")
@@ -229,19 +241,15 @@ def nonfinite_values(fmt: str) -> list[float]:
 
 
 def assert_fp8_future_does_not_reach_past_rows(subject: Subject, fmt: str, operand: str):
-    """FP8-NAN's draw in ``fmt`` called clean, then with each value :func:`nonfinite_values`
-    gives stored in ``operand`` at every position after FUTURE_CUT: rows 0..FUTURE_CUT bit for
-    bit as clean."""
-    convention, kv_scale, _ = first_declared(subject)
-    case = fp8_case(subject, convention, kv_scale, fmt, batch=2, heads=4, tq=48, head_dim=16)
-    q, k, v = per_head_amplitudes(subject, case, case.q_shape, case.k_shape, case.v_shape)
-    inputs = quantized(case, q, k, v)
+    """:func:`small_scales_draw` in ``fmt`` called clean, then with each value
+    :func:`nonfinite_values` gives stored in ``operand`` at every position after FUTURE_CUT:
+    rows 0..FUTURE_CUT bit for bit as clean."""
+    case, inputs = small_scales_draw(subject, fmt)
     clean = call_fp8(subject, case, inputs)[..., : FUTURE_CUT + 1, :]
+    future = (..., slice(FUTURE_CUT + 1, None), slice(None))  # positions after the cut
     for bad in nonfinite_values(fmt):
-        planted = {name: getattr(inputs, name).copy() for name in "qkv"}
-        planted[operand][..., FUTURE_CUT + 1 :, :] = bad
         with np.errstate(invalid="ignore", over="ignore"):
-            out = call_fp8(subject, case, Fp8Inputs(*planted.values(), inputs.scales))
+            out = call_fp8(subject, case, with_stored(inputs, operand, future, bad))
         what = f"rows 0..{FUTURE_CUT} with {operand}[positions > {FUTURE_CUT}] = {bad} in {fmt}"
         assert_identical(subject, case, what, out[..., : FUTURE_CUT + 1, :], clean)
 
