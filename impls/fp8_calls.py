@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from impls.validation import AttentionInputError, validate_inputs
+from impls.validation import AttentionInputError, host_values, validate_inputs
 from spec.fp8 import FP8_FORMATS, SCALE_KEYWORDS, Fp8Scales, output_dtype
 
 FP8_KEYWORDS = tuple(name for names in SCALE_KEYWORDS.values() for name in names)
@@ -90,7 +90,7 @@ def checked_scales(
         + [(kv_heads,)] * ("kv_head" in capabilities.fp8_kv_scales),
     }[convention]
     for name in SCALE_KEYWORDS[convention]:
-        value = np.asarray(keywords[name])
+        value = host_values(keywords[name])
         if value.shape not in shapes or not np.issubdtype(value.dtype, np.floating):
             raise AttentionInputError(
                 f"{name} of shape {value.shape} and dtype {value.dtype}, but should be floats of "

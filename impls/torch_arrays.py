@@ -94,7 +94,10 @@ class TorchArrays:
         requires grad, for torch.as_tensor(sinks) to keep in the graph."""
         inputs = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
         if variant.get("sinks") is not None:
-            sinks = torch.tensor(list(variant["sinks"]), dtype=torch.float32, device=q.device)
+            # float32, the sinks' dtype in kernels, unless the call is float64: a float64
+            # gradient of float32 sinks would come back rounded to float32
+            dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+            sinks = torch.tensor(list(variant["sinks"]), dtype=dtype, device=q.device)
             variant["sinks"] = sinks.requires_grad_(True)
             inputs.append(variant["sinks"])
         with torch.enable_grad():

@@ -17,6 +17,25 @@ class AttentionInputError(ValueError):
     """Inputs that no attention implementation can give a meaningful answer for."""
 
 
+def host_values(values) -> np.ndarray:
+    """A small array of values a check must read (per-head numbers, lengths, offsets, a block
+    table, scales) as a NumPy array, whatever array it came as: a torch tensor that requires grad
+    or lives on a GPU, a CuPy or JAX array, a view. ``np.asarray`` refuses the first two, so such
+    arrays are read through ``tolist()``, which every array library has and which copies only
+    these few values; the dtype's kind (integer, floating) is kept, which the checks read."""
+    if isinstance(values, (np.ndarray, np.generic)) or not (
+        hasattr(values, "tolist") and hasattr(values, "shape") and hasattr(values, "dtype")
+    ):
+        return np.asarray(values)
+    listed = np.asarray(values.tolist())
+    name = str(values.dtype).removeprefix("torch.")
+    try:
+        dtype = np.dtype(name)
+    except TypeError:  # bfloat16, the FP8 formats: floats NumPy does not name
+        dtype = np.dtype(np.float64) if "float" in name else listed.dtype
+    return listed.astype(dtype, copy=False)
+
+
 def validate_inputs(
     q,
     k,
@@ -117,7 +136,7 @@ def validate_packed(cu_seqlens_q, cu_seqlens_k, *, batch: int, tq: int, tk: int,
         ("cu_seqlens_q", cu_seqlens_q, tq),
         ("cu_seqlens_k", cu_seqlens_k, tk),
     ):
-        cu = np.asarray(cu)
+        cu = host_values(cu)
         if cu.ndim != 1 or len(cu) < 2 or not np.issubdtype(cu.dtype, np.integer):
             raise AttentionInputError(f"{label}={cu.tolist()!r}, but should be at least 2 integers")
         least = 0 if label == "cu_seqlens_k" else 1  # a sequence may have no key (EMPTY-KV)
@@ -161,7 +180,7 @@ def validate_lengths(key_lengths, query_lengths, *, batch: int, tq: int, tk: int
         if lengths is None:
             given[label] = np.full(batch, total)
             continue
-        array = np.asarray(lengths)
+        array = host_values(lengths)
         if array.shape != (batch,) or not np.issubdtype(array.dtype, np.integer):
             raise AttentionInputError(
                 f"{label}={lengths!r}, but should be {batch} integers, one per batch item"
@@ -201,7 +220,7 @@ def validate_softcap(softcap) -> None:
 def validate_per_head(label: str, values, *, heads: int, allowed: str) -> None:
     """One real number per query head: finite, or for sinks also -inf (no sink)."""
     try:
-        array = np.asarray(values, dtype=np.float64)
+        array = host_values(values).astype(np.float64)
     except (TypeError, ValueError):
         raise AttentionInputError(f"{label}={values!r}, but should be {heads} numbers") from None
     if array.shape != (heads,):
@@ -250,7 +269,7 @@ def validate_paged(q, k, v, block_table, page_size, key_lengths) -> tuple[DenseS
     pages, size = k.shape[:2]
     if page_size is not None and size != page_size:
         raise AttentionInputError(f"page_size={page_size}, but the pools' pages hold {size} keys")
-    table = np.asarray(block_table)
+    table = host_values(block_table)
     if (
         table.ndim != 2
         or table.shape[0] != q.shape[0]
@@ -264,7 +283,7 @@ def validate_paged(q, k, v, block_table, page_size, key_lengths) -> tuple[DenseS
         raise AttentionInputError(
             f"block_table holds pages {table.min()}..{table.max()}, but the pool has {pages}"
         )
-    lengths = np.asarray(key_lengths)
+    lengths = host_values(key_lengths)
     capacity = table.shape[1] * size
     if lengths.size and lengths.max() > capacity:
         raise AttentionInputError(
