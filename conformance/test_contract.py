@@ -89,23 +89,37 @@ def test_repeat_call_is_bit_identical(subject, dtype):
         )
 
 
+# The shapes of the calls below are built around a base call fitted to the implementation's
+# declared head dims and lengths (B = 1, H = 2, T = 8, D = 4 where any are declared): a kernel is
+# refused or answered on what the test is about, never on a head dim or length it does not take.
+BASE_CALL = Case(batch=1, heads=2, tq=8, head_dim=4)
+
+
+def fitted_shapes(subject, shapes) -> tuple[tuple[int, ...], ...]:
+    """``shapes(t, d, longer)`` around the base call fitted to ``subject``: t and d its length
+    and head dim, ``longer`` the next declared length past t."""
+    base = subject.fit(BASE_CALL)
+    caps = subject.client.capabilities
+    return shapes(base.tq, base.head_dim, caps.fit_length(base.tq + 1))
+
+
 # Inputs that no implementation can attend: each must raise an error with a message. All are
 # called with the default scale, which for D = 0 is 1/sqrt(0): no number (the catalogue's
 # CONTRACT-ERRORS says why an explicit scale is another matter).
 UNATTENDABLE = {
-    # name: (q shape, k shape, v shape)
-    "batch-2-vs-3": ((2, 2, 8, 4), (3, 2, 8, 4), (3, 2, 8, 4)),
-    "heads-2-vs-3": ((1, 2, 8, 4), (1, 3, 8, 4), (1, 3, 8, 4)),
-    "qk-dim-mismatch": ((1, 2, 8, 4), (1, 2, 8, 5), (1, 2, 8, 4)),
-    "kv-length-mismatch": ((1, 2, 8, 4), (1, 2, 8, 4), (1, 2, 9, 4)),
-    "head-dim-0": ((1, 2, 8, 0), (1, 2, 8, 0), (1, 2, 8, 4)),
+    # name: (t, d, longer) -> (q shape, k shape, v shape)
+    "batch-2-vs-3": lambda t, d, _: ((2, 2, t, d), (3, 2, t, d), (3, 2, t, d)),
+    "heads-2-vs-3": lambda t, d, _: ((1, 2, t, d), (1, 3, t, d), (1, 3, t, d)),
+    "qk-dim-mismatch": lambda t, d, _: ((1, 2, t, d), (1, 2, t, d + 1), (1, 2, t, d)),
+    "kv-length-mismatch": lambda t, d, longer: ((1, 2, t, d), (1, 2, t, d), (1, 2, longer, d)),
+    "head-dim-0": lambda t, d, _: ((1, 2, t, 0), (1, 2, t, 0), (1, 2, t, d)),
 }
 
 
 @pytest.mark.claim("CONTRACT-ERRORS")
 @pytest.mark.parametrize("problem", list(UNATTENDABLE))
 def test_unattendable_inputs_raise(subject, dtype, problem):
-    q_shape, k_shape, v_shape = UNATTENDABLE[problem]
+    q_shape, k_shape, v_shape = fitted_shapes(subject, UNATTENDABLE[problem])
     case = Case(dtype=dtype)
     native = subject.to_native(case, *(np.ones(shape) for shape in (q_shape, k_shape, v_shape)))
     assert_raises_clearly(
@@ -119,14 +133,26 @@ def test_unattendable_inputs_raise(subject, dtype, problem):
 # Inputs on which widely used kernels follow different conventions on purpose
 # (impls.contract.CONVENTIONS): an error, or exactly the convention's result; nothing else.
 CONVENTION_INPUTS = {
-    # name: (convention, q shape, k shape, v shape, scale)
-    "q-rank-3": ("batch_axes", (2, 8, 4), (1, 2, 8, 4), (1, 2, 8, 4), None),
-    "k-rank-5": ("batch_axes", (1, 2, 8, 4), (1, 1, 2, 8, 4), (1, 2, 8, 4), None),
-    "batch-2-vs-1": ("batch_axes", (2, 2, 8, 4), (1, 2, 8, 4), (1, 2, 8, 4), None),
-    "causal-Tq>Tk": ("unseen_rows", (1, 2, 12, 4), (1, 2, 8, 4), (1, 2, 8, 4), None),
-    "scale-nan": ("nonfinite_scale", (1, 2, 8, 4), (1, 2, 8, 4), (1, 2, 8, 4), float("nan")),
-    "scale-inf": ("nonfinite_scale", (1, 2, 8, 4), (1, 2, 8, 4), (1, 2, 8, 4), float("inf")),
-}
+    # name: (convention, (t, d, longer) -> (q shape, k shape, v shape), scale)
+    "q-rank-3": (
+        "batch_axes", lambda t, d, _: ((2, t, d), (1, 2, t, d), (1, 2, t, d)), None,
+    ),
+    "k-rank-5": (
+        "batch_axes", lambda t, d, _: ((1, 2, t, d), (1, 1, 2, t, d), (1, 2, t, d)), None,
+    ),
+    "batch-2-vs-1": (
+        "batch_axes", lambda t, d, _: ((2, 2, t, d), (1, 2, t, d), (1, 2, t, d)), None,
+    ),
+    "causal-Tq>Tk": (
+        "unseen_rows", lambda t, d, longer: ((1, 2, longer, d), (1, 2, t, d), (1, 2, t, d)), None,
+    ),
+    "scale-nan": (
+        "nonfinite_scale", lambda t, d, _: ((1, 2, t, d),) * 3, float("nan"),
+    ),
+    "scale-inf": (
+        "nonfinite_scale", lambda t, d, _: ((1, 2, t, d),) * 3, float("inf"),
+    ),
+}  # fmt: skip
 
 
 def convention_followed(subject, problem: str, call, judge) -> tuple[str | None, str]:
@@ -141,7 +167,8 @@ def convention_followed(subject, problem: str, call, judge) -> tuple[str | None,
 @pytest.mark.claim("CONTRACT-ERRORS")
 @pytest.mark.parametrize("problem", list(CONVENTION_INPUTS))
 def test_convention_inputs_raise_or_follow_the_convention(subject, dtype, problem):
-    convention, q_shape, k_shape, v_shape, scale = CONVENTION_INPUTS[problem]
+    convention, shapes, scale = CONVENTION_INPUTS[problem]
+    q_shape, k_shape, v_shape = fitted_shapes(subject, shapes)
     if scale is not None:
         subject.require(Case(dtype=dtype, scale=1.0))
     case = Case(dtype=dtype, scale=scale)

@@ -125,12 +125,22 @@ class Capabilities:
     explicit_scale: bool = True
     non_causal: bool = True
     head_dims: tuple[int, ...] | None = None  # None: every D >= 1
+    # The sequence lengths its kernels take, Tq and Tk alike (the whole packed length for packed
+    # sequences, the dense Tk for a paged cache): multiples of length_multiple from min_length up
+    # to max_length (None: no maximum); a kernel that loads whole blocks of 128 rows unmasked
+    # declares length_multiple=128
+    length_multiple: int = 1
+    min_length: int = 1
+    max_length: int | None = None
     distinct_value_dim: bool = True  # v's head dim Dv may differ from q's and k's D
     exposes_weights: bool = False  # has attention_weights(), the (B, H, Tq, Tk) softmax
     # (name, value) pairs from CONVENTIONS; a name left out accepts any of its values
     conventions: tuple[tuple[str, str], ...] = ()
     padded_query_rows: str = "unspecified"  # with query_lengths: PADDED_QUERY_ROWS
     lse_base: str = "e"  # with lse: LSE_BASES
+    # with lse and autograd: whether its backward takes the log-sum-exp's gradient (grad_lse);
+    # False: the lse is returned for merging, its gradient not taken (GRAD-LSE is not checked)
+    lse_backward: bool = True
     empty_rows: str = "zeros"  # with key_lengths or packed, an item with no key: EMPTY_ROWS
     merges_states: bool = False  # with lse: it has merge_states(outputs, lses)
     # with paged: the page sizes its kernels take (vLLM's 16, FlashAttention's multiples of 256);
@@ -195,6 +205,7 @@ class Capabilities:
                 f"Capabilities.page_sizes={self.page_sizes!r}, but should be None (any) or "
                 "positive integers"
             )
+        self.check_lengths()
         self.check_fp8()
         unknown = [layout for layout in self.layouts if layout not in LAYOUTS]
         if unknown or "contiguous" not in self.layouts:
@@ -202,6 +213,47 @@ class Capabilities:
                 f"Capabilities.layouts={self.layouts!r}, but should include 'contiguous' and name "
                 "only " + ", ".join(LAYOUTS)
             )
+
+    def check_lengths(self) -> None:
+        for field in ("length_multiple", "min_length", "max_length"):
+            value = getattr(self, field)
+            if (value is not None or field != "max_length") and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(
+                    f"Capabilities.{field}={value!r}, but should be a positive integer"
+                    + (" or None (no maximum)" if field == "max_length" else "")
+                )
+        least = -(-self.min_length // self.length_multiple) * self.length_multiple
+        if self.max_length is not None and least > self.max_length:
+            raise ValueError(
+                f"Capabilities declares lengths that are multiples of {self.length_multiple} from "
+                f"{self.min_length} to {self.max_length}: there is none"
+            )
+
+    def length_problem(self, length: int) -> str | None:
+        """Why a sequence length of ``length`` is outside the declared lengths, or None."""
+        if (
+            length % self.length_multiple
+            or length < self.min_length
+            or (self.max_length is not None and length > self.max_length)
+        ):
+            return f"sequence length {length} (it declares {self.describe_lengths()})"
+        return None
+
+    def fit_length(self, length: int) -> int:
+        """The declared length nearest ``length`` from above (else the largest declared)."""
+        step = self.length_multiple
+        fitted = -(-max(length, self.min_length) // step) * step
+        if self.max_length is not None and fitted > self.max_length:
+            fitted = self.max_length // step * step
+        return fitted
+
+    def describe_lengths(self) -> str:
+        words = f"multiples of {self.length_multiple} " if self.length_multiple > 1 else ""
+        least = self.fit_length(self.min_length)
+        most = "" if self.max_length is None else f" to {self.max_length}"
+        return f"{words}from {least}{most}"
 
     def check_fp8(self) -> None:
         for field, values, vocabulary in (
@@ -259,6 +311,8 @@ class Capabilities:
         ] + [feature.flag for feature in FEATURES if self.declares(feature.name)]
         dims = "any D" if self.head_dims is None else "D in " + ",".join(map(str, self.head_dims))
         text = f"{'/'.join(self.dtypes)}; {', '.join(flags) or 'causal only'}; {dims}"
+        if self.length_problem(1) or self.max_length is not None:
+            text += f"; T {self.describe_lengths()}"
         if set(self.layouts) == set(LAYOUTS):
             text += "; every layout"
         elif self.layouts != ("contiguous",):
@@ -267,6 +321,7 @@ class Capabilities:
             text += f"; padded query rows {self.padded_query_rows}"
         if self.lse:
             text += f"; lse base {self.lse_base}" + (", merge_states" if self.merges_states else "")
+            text += ", not differentiated" if self.autograd and not self.lse_backward else ""
         if self.key_lengths or self.packed:
             text += f"; empty rows {self.empty_rows}"
         if self.fp8:

@@ -272,8 +272,18 @@ class PlainCallable(NumpyArrays, Implementation):
             merges_states="return_lse" in accepted and callable(getattr(fn, "merge_states", None)),
             # the page sizes its paged cache takes: as fn.page_sizes = (16,); None: any
             page_sizes=None if getattr(fn, "page_sizes", None) is None else tuple(fn.page_sizes),
-            # its backward: an attribute, as fn.vjp = my_backward (Implementation.vjp's contract)
+            # its backward: an attribute, as fn.vjp = my_backward (Implementation.vjp's contract),
+            # and whether it takes the lse's gradient, as fn.lse_backward = False
             autograd=callable(getattr(fn, "vjp", None)),
+            lse_backward=getattr(fn, "lse_backward", True),
+            # the head dims and lengths its kernels take: as fn.head_dims = (64, 128),
+            # fn.length_multiple = 128, fn.min_length, fn.max_length
+            head_dims=None if getattr(fn, "head_dims", None) is None else tuple(fn.head_dims),
+            **{
+                name: getattr(fn, name)
+                for name in ("length_multiple", "min_length", "max_length")
+                if hasattr(fn, name)
+            },
             **fp8_declaration(fn, accepted),
         )
 

@@ -230,11 +230,12 @@ class Subject:
         )
 
     def fit(self, case: Case) -> Case:
-        """``case`` with a head dim the implementation declares, for tests whose claim does not
-        depend on D: the nearest declared one above the test's (else the largest), so that a
-        kernel compiled for a few head dims is still checked rather than skipped. A Dv equal to
-        D follows it."""
-        case = self.fit_page_size(case)
+        """``case`` with a head dim and lengths the implementation declares, for tests whose claim
+        does not depend on them: the nearest declared head dim above the test's (else the
+        largest), so that a kernel compiled for a few head dims is still checked rather than
+        skipped, a Dv equal to D following it; and the nearest declared lengths above the
+        test's, keeping Tq = Tk or Tq < Tk as it was."""
+        case = self.fit_lengths(self.fit_page_size(case))
         declared = self.client.capabilities.head_dims
         if declared is None or case.head_dim in declared:
             return case
@@ -242,6 +243,20 @@ class Subject:
         head_dim = above[0] if above else max(declared)
         value_dim = head_dim if case.value_dim == case.head_dim else case.value_dim
         return case.with_(head_dim=head_dim, value_dim=value_dim)
+
+    def fit_lengths(self, case: Case) -> Case:
+        """``case`` with Tq and Tk the implementation declares (Capabilities.length_multiple,
+        min_length, max_length). A case whose lengths are spelled out per item (key or query
+        lengths, packed offsets, a paged cache's) is left as it is, to be skipped where its
+        lengths are not declared."""
+        caps = self.client.capabilities
+        spelled_out = (case.key_lengths, case.query_lengths, case.cu_seqlens_q, case.page_size)
+        if any(value is not None for value in spelled_out):
+            return case
+        tq = caps.fit_length(case.tq)
+        longer = max(case.tk - case.tq, 0)  # how far Tk reaches past Tq, kept where it does
+        tk = caps.fit_length(tq + longer if longer else case.tk)
+        return case.with_(tq=tq, tk=tk)
 
     def fit_page_size(self, case: Case) -> Case:
         """``case`` with a page size the implementation declares: the largest declared one up to
@@ -292,6 +307,16 @@ class Subject:
                 ("Tq != Tk", case.tq != case.tk, caps.cross_length),
                 ("an explicit scale", case.scale is not None, caps.explicit_scale),
                 (f"head dim {case.head_dim}", True, caps.supports_head_dim(case.head_dim)),
+                *(
+                    (f"{which}: {caps.length_problem(length)}", True, False)
+                    for which, length in (("Tq", case.tq), ("Tk", case.tk))
+                    if caps.length_problem(length)
+                ),
+                (
+                    "the log-sum-exp's gradient (lse_backward)",
+                    autograd and case.return_lse is not None,
+                    caps.lse_backward,
+                ),
                 (
                     f"page size {case.page_size}",
                     case.page_size is not None,

@@ -28,7 +28,8 @@ def preflight_failure(client: ImplementationClient) -> str | None:
     head_dim = PREFLIGHT_SHAPE[-1]
     if caps.head_dims is not None and head_dim not in caps.head_dims:
         head_dim = min(caps.head_dims)
-    shape = (*PREFLIGHT_SHAPE[:-1], head_dim)
+    batch, heads, length, _ = PREFLIGHT_SHAPE
+    shape = (batch, heads, caps.fit_length(length), head_dim)
     dtype = caps.dtypes[0]
     inputs = [client.from_numpy(np.zeros(shape), dtype) for _ in range(3)]
     described = f"q, k, v of shape {shape} and dtype {dtype}, causal=True"
