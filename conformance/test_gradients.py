@@ -24,7 +24,9 @@ def row(claim: str, case: Case, spread: float = 1.0, id: str | None = None):
 
 # Small heads (D = 16): what a backward gets wrong shows at any D. Lengths are the regimes of
 # spec.regimes.BACKWARD_REGIMES: not multiples of 64, rows that see no key, groups of 3 and 7,
-# packed sequences of one token and across a tile, scores far from zero.
+# packed sequences of one token and across a tile, scores far from zero. Every claim has a Tq = Tk
+# case (self-attention: all a kernel declaring no cross_length is judged on) and, where its
+# feature allows, a Tq < Tk one.
 BACKWARD_CASES = [
     row("GRAD-GQA", Case(batch=2, heads=6, kv_heads=2, tq=37, tk=113, head_dim=16), id="group-3"),
     row("GRAD-GQA", Case(heads=7, kv_heads=1, tq=29, head_dim=16), id="group-7"),
@@ -39,6 +41,16 @@ BACKWARD_CASES = [
         "GRAD-PADDING",
         Case(batch=2, heads=2, tq=8, tk=40, head_dim=16, key_lengths=(40, 0)),
         id="key-length-0",
+    ),
+    row(
+        "GRAD-PADDING",
+        Case(batch=2, heads=2, tq=40, head_dim=16, key_lengths=(40, 0)),
+        id="self-attention-key-length-0",
+    ),
+    row(
+        "GRAD-PACKED",
+        Case(heads=2, tq=70, head_dim=16, cu_seqlens_q=(0, 1, 45, 70), cu_seqlens_k=(0, 1, 45, 70)),
+        id="self-attention-lengths-1-44-25",
     ),
     row(
         "GRAD-PACKED",
@@ -59,6 +71,11 @@ BACKWARD_CASES = [
         id="far-above-the-cap",
     ),
     row("GRAD-ALIBI", Case(heads=4, tq=40, tk=56, head_dim=16, alibi_slopes=SLOPES), id="alibi"),
+    row(
+        "GRAD-ALIBI",
+        Case(heads=4, tq=56, head_dim=16, alibi_slopes=SLOPES),
+        id="self-attention-alibi",
+    ),
     row("GRAD-SINK", Case(heads=4, tq=40, head_dim=16, sinks=SINKS), id="sinks"),
     row(
         "GRAD-LSE",

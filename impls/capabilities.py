@@ -77,6 +77,43 @@ LAYOUTS: dict[str, str] = {
     "broadcast_kv": "k and v of one head broadcast along H with stride 0",
 }
 
+# The views one operand may be given alone, beside the others in theirs (LAYOUT-STRIDES' mixed
+# layouts): a kernel that builds one operand's pointers with another's strides reads right only
+# while the strides agree. A mixed layout is written "k=heads_last,v=row_gaps", the operands it
+# leaves out dense; "broadcast_kv" there means that operand alone broadcast along H.
+OPERAND_VIEWS = ("heads_last", "row_gaps", "broadcast_kv")
+OPERANDS = ("q", "k", "v")
+
+
+def operand_layouts(layout: str) -> dict[str, str]:
+    """q's, k's and v's layouts in ``layout``: a name of LAYOUTS for all three, or a mixed one."""
+    if layout == "broadcast_kv":
+        return {"q": "contiguous", "k": layout, "v": layout}
+    if layout in LAYOUTS:
+        return dict.fromkeys(OPERANDS, layout)
+    named = dict.fromkeys(OPERANDS, "contiguous")
+    for part in layout.split(","):
+        operand, _, view = part.partition("=")
+        if (
+            operand not in OPERANDS
+            or view not in OPERAND_VIEWS
+            or (view == "broadcast_kv" and operand == "q")
+        ):
+            raise ValueError(
+                f"layout {layout!r}: {part!r} should be OPERAND=VIEW, OPERAND one of q, k, v and "
+                f"VIEW one of {', '.join(OPERAND_VIEWS)} (broadcast_kv for k or v)"
+            )
+        named[operand] = view
+    return named
+
+
+def layout_views(layout: str) -> set[str]:
+    """The layouts of LAYOUTS an implementation must declare to be held to ``layout``."""
+    if layout in LAYOUTS:
+        return {layout}
+    return set(operand_layouts(layout).values()) - {"contiguous"}
+
+
 # The Capabilities fields of an implementation with every feature, its padded query rows zeroed,
 # computing every layout right: Capabilities(dtypes=..., **EVERY_EXTENSION).
 EVERY_EXTENSION: dict[str, Any] = {

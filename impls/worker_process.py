@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from impls.bench_inputs import fresh_fp8_inputs, fresh_inputs
+from impls.capabilities import operand_layouts
 from impls.contract import Implementation
 from impls.device_clock import AnswerStillWritten, DeviceClock
 from impls.messages import (
@@ -156,51 +157,53 @@ def suite_view(impl, helper: str, layout: str, make: Callable[[], Any]) -> Any:
 
 
 def laid_out(impl, arrays: tuple[InputArray, ...], layout: str) -> list:
-    """The inputs as native arrays in ``layout`` (impls.capabilities.LAYOUTS): q, k and v as
-    views into larger arrays made by the implementation's own conversion, anything after them
-    dense."""
+    """The inputs as native arrays in ``layout`` (impls.capabilities.LAYOUTS, or a mixed layout
+    of impls.capabilities.operand_layouts): q, k and v as views into larger arrays made by the
+    implementation's own conversion, anything after them dense."""
     if layout == "contiguous":
         return [impl.from_numpy(a.array, a.dtype) for a in arrays]
     natives = [impl.from_numpy(a.array, a.dtype) for a in arrays[3:]]
     q, k, v = (a.array for a in arrays[:3])
     dtype = arrays[0].dtype
-    qkv = (q, k, v)
     view = functools.partial(suite_view, impl, layout=layout)
-    if layout == "heads_last":
-        stored = [impl.from_numpy(x.transpose(0, 2, 1, 3), dtype) for x in qkv]  # (B, T, H, D)
-        views = [
-            view("permuted", make=functools.partial(impl.permuted, x, (0, 2, 1, 3)))
-            for x in stored  # seen as (B, H, T, D)
-        ]
-    elif layout == "packed_qkv":
+    if layout == "packed_qkv":
         if not q.shape == k.shape == v.shape:
             raise ValueError(f"packed_qkv needs one shape: q {q.shape}, k {k.shape}, v {v.shape}")
         projection = impl.from_numpy(
-            np.stack([x.transpose(0, 2, 1, 3) for x in qkv], axis=2), dtype
+            np.stack([x.transpose(0, 2, 1, 3) for x in (q, k, v)], axis=2), dtype
         )  # (B, T, 3, H, D)
         parts = [view("slicing", make=lambda i=i: projection[:, :, i]) for i in range(3)]
         views = [
             view("permuted", make=functools.partial(impl.permuted, x, (0, 2, 1, 3))) for x in parts
         ]
-    elif layout == "row_gaps":
-        views = []
-        for x in qkv:
-            wide = np.full((*x.shape[:-1], x.shape[-1] + ROW_GAP), np.nan)  # NaN: a read shows
-            wide[..., : x.shape[-1]] = x
-            native = impl.from_numpy(wide, dtype)
-            views.append(view("slicing", make=lambda n=native, d=x.shape[-1]: n[..., :d]))
-    elif layout == "broadcast_kv":
-        if not all(np.array_equal(x, np.broadcast_to(x[:, :1], x.shape)) for x in (k, v)):
-            raise ValueError("broadcast_kv needs k and v whose heads are all the same")
-        views = [impl.from_numpy(q, dtype)]
-        for x in (k, v):  # (B, 1, T, D) seen as (B, H, T, D), stride 0 along H
-            one_head = impl.from_numpy(np.ascontiguousarray(x[:, :1]), dtype)
-            views.append(
-                view("broadcast", make=functools.partial(impl.broadcast, one_head, x.shape))
-            )
-    else:
-        raise ValueError(f"unknown layout {layout!r}")
+        return views + natives
+    views = [
+        operand_view(impl, x, dtype, operand_layout, view)
+        for x, operand_layout in zip((q, k, v), operand_layouts(layout).values(), strict=True)
+    ]
     return views + natives
+
+
+def operand_view(impl, x: np.ndarray, dtype: str, operand_layout: str, view) -> Any:
+    """One operand as a native array in its own layout; ``view`` makes a view with the suite's
+    or the implementation's helper (suite_view)."""
+    if operand_layout == "contiguous":
+        return impl.from_numpy(x, dtype)
+    if operand_layout == "heads_last":
+        stored = impl.from_numpy(x.transpose(0, 2, 1, 3), dtype)  # (B, T, H, D)
+        return view("permuted", make=functools.partial(impl.permuted, stored, (0, 2, 1, 3)))
+    if operand_layout == "row_gaps":
+        wide = np.full((*x.shape[:-1], x.shape[-1] + ROW_GAP), np.nan)  # NaN: a read shows
+        wide[..., : x.shape[-1]] = x
+        native = impl.from_numpy(wide, dtype)
+        return view("slicing", make=lambda: native[..., : x.shape[-1]])
+    if operand_layout == "broadcast_kv":
+        if not np.array_equal(x, np.broadcast_to(x[:, :1], x.shape)):
+            raise ValueError("broadcast_kv needs k and v whose heads are all the same")
+        one_head = impl.from_numpy(np.ascontiguousarray(x[:, :1]), dtype)
+        # (B, 1, T, D) seen as (B, H, T, D), stride 0 along H
+        return view("broadcast", make=functools.partial(impl.broadcast, one_head, x.shape))
+    raise ValueError(f"unknown layout {operand_layout!r}")
 
 
 ROW_GAP = 8  # elements between one row's end and the next row's start in the row_gaps layout
