@@ -295,6 +295,7 @@ def selected(request: pytest.FixtureRequest) -> Selected:
     ):
         pytest.skip(why)
     selected.client.take_output()  # what it printed before this test is not this test's
+    selected.client.take_restarts()  # nor the restarts of its worker
     return selected
 
 
@@ -368,6 +369,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     subject = getattr(item, "funcargs", {}).get("subject")
     selected = selected_of(item)
     output = selected.client.take_output() if report.when == "call" and selected else ""
+    if report.when == "call" and selected:
+        note_restarts(item, report, selected.client)
     report = complete_report(
         item,
         call,
@@ -380,6 +383,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if run.settings.first_failure and report.failed and selected is not None:
         run.first_failures.note(selected.client.name, claims_of(item), suite_test_id(item))
     return report
+
+
+def note_restarts(item: pytest.Item, report: pytest.TestReport, client) -> None:
+    """Say in a failed test's message where a call of it left the worker suspect (it was
+    restarted), and end the worker of a test that failed: whatever broke the answer may have
+    broken the process, and no later test is decided in it."""
+    restarts = client.take_restarts()
+    if restarts:
+        item.stash.setdefault(NOTES_KEY, TestNotes()).restarts = restarts
+    if report.failed:
+        if restarts:
+            report.longrepr = f"{report.longreprtext}\n" + "\n".join(restarts)
+        client.restart_worker()
 
 
 def _xdist_workers(config: pytest.Config) -> int:

@@ -39,6 +39,10 @@ def preflight_failure(client: ImplementationClient) -> str | None:
         return f"{exc} (its first call: {described}); not judged further"
     except (ImplementationRaised, ImplementationDied):
         return None
+    finally:
+        # In a worker of its own: a first call that writes out of bounds without crashing must
+        # not be the worker every later test is decided in.
+        client.restart_worker()
     if out.shape != shape:
         return (
             f"{client.name} returned shape {out.shape} at its first call ({described}), but "

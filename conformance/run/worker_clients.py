@@ -368,6 +368,9 @@ class ImplementationClient:
         # why its first call broke the contract (conformance.judge.preflight): every later call
         # fails with it, after the test has skipped what the implementation does not declare
         self.broken: str | None = None
+        # why its worker was restarted since the test began: a call that may have left it broken
+        # (worker_left_suspect), so that no later call is decided by that worker
+        self.restarts: list[str] = []
         # the catalogued mistakes its failures so far refuted in this process
         # (conformance.judge.diagnosis): no later failure needs them computed
         self.refuted_mistakes: set[str] = set()
@@ -479,7 +482,24 @@ class ImplementationClient:
             raise BrokenAtFirstCall(self.broken)
         call = Call(op, tuple(arrays), keywords, layout, poison)
         answer = self.channel.handle(call) if self.in_process else self.remote(call)
+        suspect = worker_left_suspect(call, answer)
+        if suspect:
+            self.restart_worker(f"{describe_call(call)} {suspect}")
         return self.unpack(op, answer)
+
+    def restart_worker(self, why: str | None = None) -> None:
+        """End the worker, so that the next call starts a fresh one; ``why``, where given, is
+        noted for the test's report (take_restarts)."""
+        if self.in_process or not self.channel.alive():
+            return
+        self.channel.kill()
+        if why:
+            self.restarts.append(f"{why}: its worker was restarted before the next call")
+
+    def take_restarts(self) -> list[str]:
+        """The restarts noted since the last call of this."""
+        taken, self.restarts = self.restarts, []
+        return taken
 
     def remote(self, call: Call) -> Answer:
         if self.crashed:
@@ -620,6 +640,57 @@ class ImplementationClient:
     def __repr__(self) -> str:
         where = "in-process" if self.in_process else "worker"
         return f"<ImplementationClient {self.name} ({self.family}, {self.device}, {where})>"
+
+
+# The array libraries a kernel's calls go through: a raise from inside one of them (an illegal
+# memory access, a failed launch, a corrupted allocator) may leave the process broken for every
+# later call, where a raise from the kernel's own checks does not.
+ARRAY_LIBRARIES = ("torch", "triton", "cupy", "cupyx", "jax", "jaxlib", "numpy", "cuda")
+
+
+def worker_left_suspect(call: Call, answer: Answer) -> str | None:
+    """Why a worker that gave ``answer`` to ``call`` may be broken for later calls, or None: it
+    raised from inside its array library, broke the contract, or returned non-finite values
+    for finite inputs (what an out-of-bounds write leaves behind)."""
+    if isinstance(answer, Broke):
+        return "broke the contract"
+    if isinstance(answer, Raised):
+        library = library_of_innermost_frame(answer.trace)
+        return f"raised {answer.type_name} from inside {library}" if library else None
+    if call.op not in ("attention", "vjp") or not hasattr(answer, "outputs"):
+        return None
+    if not all(finite(array.array) for array in call.arrays):
+        return None
+    for index, output in enumerate(answer.outputs):
+        if not finite(output.array):
+            bad = np.count_nonzero(~np.isfinite(np.asarray(output.array, np.float64)))
+            return f"returned {bad} non-finite values in output {index} for finite inputs"
+    return None
+
+
+def finite(array: np.ndarray) -> bool:
+    try:
+        return bool(np.isfinite(np.asarray(array, np.float64)).all())
+    except (TypeError, ValueError):  # values no float64 holds: not judged here
+        return True
+
+
+def library_of_innermost_frame(trace: str) -> str | None:
+    """The array library whose file the innermost frame of ``trace`` lies in, or None."""
+    files = [line.split('"')[1] for line in trace.splitlines() if line.strip().startswith('File "')]
+    if not files:
+        return None
+    parts = Path(files[-1]).parts
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts and parts.index(marker) + 1 < len(parts):
+            package = parts[parts.index(marker) + 1]
+            return package if package in ARRAY_LIBRARIES else None
+    return None
+
+
+def describe_call(call: Call) -> str:
+    shapes = ", ".join(str(tuple(array.shape)) for array in call.arrays[:3])
+    return f"the call {call.op}({shapes})"
 
 
 def open_clients(
