@@ -94,6 +94,15 @@ def test_every_query_key_pair_gets_a_weight(subject):
             (1, 1, ANDREA_T, ANDREA_T),
         )
         assert_equal(subject, case, f"{source} weights per head", weights.size, 1_048_576)
+        nan = visible & np.isnan(weights)
+        if nan.any():
+            first = tuple(int(i) for i in np.argwhere(nan)[0][2:])
+            fail(
+                subject,
+                case,
+                f"{source}: NaN in {int(nan.sum())} of the visible (i, j) pairs' weights, first "
+                f"at (i, j) = {first}, but every pair j <= i should have a positive weight",
+            )
         missing = int(np.count_nonzero(visible & ~(weights > 0)))
         if missing:
             fail(

@@ -24,7 +24,8 @@ def test_views_the_suite_cannot_make_are_not_checked_and_the_kernels_own_are_jud
     subjects = {s["name"]: s for s in json.loads(report_path.read_text())["subjects"]}
     boxed = subjects["boxed"]["claims"]["LAYOUT-STRIDES"]
     assert boxed["verdict"] == "met", boxed
-    assert (boxed["skipped"], boxed["failed"]) == (6, 0), boxed
+    # per dtype: every layout with a permuted or broadcast view (3 shared, 7 mixed)
+    assert (boxed["skipped"], boxed["failed"]) == (20, 0), boxed
     assert any(
         "the default Implementation.permuted() raised TypeError" in reason
         and "impls.torch_arrays.TorchArrays" in reason

@@ -155,6 +155,8 @@ class Comparison:
     allowed: float
     budget: Budget
     score_floor: float = 0.0  # the part of the floor that is the scores' rounding
+    # NaN and infinities in ``actual`` where the truth is finite: how many, of how many, first where
+    nonfinite: str = ""
 
     @property
     def ok(self) -> bool:
@@ -181,7 +183,8 @@ class Comparison:
                 f"{self.baseline_error:.3e} + {budget.floor_u:g}u{scores}"
             )
         return (
-            f"{describe_fraction(self.budget_fraction)}: max abs err {self.max_abs:.3e} at "
+            f"{describe_fraction(self.budget_fraction)}: {self.nonfinite}max abs err "
+            f"{self.max_abs:.3e} at "
             f"{self.worst_index}, got {self.actual_at_worst:.6g}, truth {self.truth_at_worst:.6g}"
             f" (rel err {self.max_rel:.2e}); {allowance}"
         )
@@ -195,6 +198,25 @@ def describe_fraction(fraction: float) -> str:
     if fraction > 1000:
         return ">1000x budget"
     return f"{fraction:.2f} of budget" if fraction < 10 else f"{fraction:.0f}x budget"
+
+
+def describe_nonfinite(actual: np.ndarray, truth: np.ndarray) -> str:
+    """ "NaN in 12 of 672 elements where the truth is finite, first at (0, 1, 3, 0); " (and the
+    infinities alike), or "" where ``actual`` is finite wherever the truth is."""
+    actual = np.asarray(actual, np.float64)
+    if actual.shape != np.shape(truth):
+        return ""
+    finite_truth = np.isfinite(truth)
+    said = []
+    for name, found in (("NaN", np.isnan(actual)), ("inf", np.isinf(actual))):
+        where = found & finite_truth
+        if where.any():
+            first = tuple(int(i) for i in np.argwhere(where)[0])
+            said.append(
+                f"{name} in {int(where.sum())} of {actual.size} elements where the truth is "
+                f"finite, first at {first}; "
+            )
+    return "".join(said)
 
 
 def max_error(actual: np.ndarray, truth: np.ndarray) -> tuple[float, tuple[int, ...]]:
@@ -247,6 +269,7 @@ def compare(
         allowed=budget.baseline_factor * baseline_error + floor,
         budget=budget,
         score_floor=score_floor,
+        nonfinite=describe_nonfinite(actual, truth),
     )
 
 
