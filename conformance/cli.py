@@ -37,7 +37,7 @@ from conformance.report.verdicts import shell_lines
 from conformance.run.collection import claims_of
 from conformance.run.commands import USAGE_ERROR, absolute_selector, usage_error
 from conformance.run.fork_server_client import isolated_command
-from conformance.run.options import add_to_command, pytest_arguments_of
+from conformance.run.options import OPTIONS, add_to_command, pytest_arguments_of
 from conformance.run.profiles import DEFAULT_PROFILE, PROFILES
 from conformance.run.selection import split_names_or_fail
 from conformance.run.settings import file_of_selector
@@ -77,7 +77,7 @@ def command_list(options: argparse.Namespace) -> int:
     unresolved = []
     for name, source in names:
         try:
-            found = description_of(name)
+            found = description_of(name, options.impl_path or (), options.pass_env or ())
         except RegistryError as exc:
             rows.append((name, source, "-", "no: not an implementation"))
             details.append([f"why not: {exc}"])
@@ -103,18 +103,20 @@ def command_list(options: argparse.Namespace) -> int:
     return 0
 
 
-def description_of(name: str) -> Description:
+def description_of(name: str, impl_paths=(), pass_env=()) -> Description:
     """What ``name`` declares: a built-in's or an adapter's read here (the suite's own code); any
     other's by a confined worker of its own, which finds it where ``attnspec run`` would (the
-    current directory, ``$PYTHONPATH``, a selector's file), so that listing a candidate runs
-    nothing of it in this process."""
+    current directory, ``$PYTHONPATH``, a selector's file, ``impl_paths``) and gets the
+    variables it would (``pass_env``), so that listing a candidate runs nothing of it in this
+    process and lists it as the run would judge it."""
     if name in BUILTINS or name in ECOSYSTEM:
         return describe(resolve(name))
     selector = absolute_selector(name)
     file = file_of_selector(selector)
     # $PYTHONPATH's directories too, which every worker's search path holds
-    paths = [*([str(file.parent)] if file else []), os.getcwd()]
-    (client,) = open_clients([selector], setup=WorkerSetup(impl_paths=tuple(paths)))
+    paths = [*impl_paths, *([str(file.parent)] if file else []), os.getcwd()]
+    setup = WorkerSetup(impl_paths=tuple(paths), pass_env=tuple(pass_env))
+    (client,) = open_clients([selector], setup=setup)
     client.close()
     return client.description
 
@@ -393,6 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="each one's version, what it declares, and why it does not run here (default: a "
         "line each)",
     )
+    for option in OPTIONS:  # where the workers that describe a candidate find it, and its variables
+        if option.flag in ("--impl-path", "--pass-env"):
+            listing.add_argument(option.flag, dest=option.dest, **option.arguments())
     listing.set_defaults(handler=command_list)
 
     run = commands.add_parser(

@@ -59,6 +59,35 @@ def test_list_names_an_unresolvable_impl_and_exits_with_usage_error():
     assert "--impl tests.planted.plain:NOT_CALLABLE: not an implementation" in run.stderr
 
 
+CONFIGURED_KERNEL = """
+import os
+
+import numpy as np
+
+if os.environ.get("MYKERNEL_MODE") != "on":
+    raise ImportError("MYKERNEL_MODE is not set: this kernel is configured through it")
+
+
+def attention(q, k, v, *, causal=True, scale=None):
+    return np.zeros_like(q)
+"""
+
+
+def test_list_finds_and_configures_a_kernel_as_run_does(tmp_path, monkeypatch):
+    """A kernel found through --impl-path and configured through a variable the run passes on
+    with --pass-env is listed as runnable, not as 'not an implementation'."""
+    (tmp_path / "configured.py").write_text(CONFIGURED_KERNEL)
+    monkeypatch.setenv("MYKERNEL_MODE", "on")
+    plain = attnspec("list", "--impl", "configured:attention")
+    assert plain.returncode == 2, plain.stdout
+    given = attnspec(
+        "list", "--impl", "configured:attention", "--impl-path", str(tmp_path),
+        "--pass-env", "MYKERNEL_MODE",
+    )  # fmt: skip
+    assert given.returncode == 0, given.stdout + given.stderr
+    assert given.stdout.splitlines()[1].rstrip().endswith("yes"), given.stdout
+
+
 @pytest.fixture(scope="module")
 def mutant_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
