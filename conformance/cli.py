@@ -284,7 +284,7 @@ def command_explain(options: argparse.Namespace) -> int:
 # --- attnspec new -------------------------------------------------------------------------------
 
 TEMPLATE_NAME = "mykernel"  # the module name the templates are written for
-FAMILIES = ("numpy", "torch", "jax", "cupy")
+FAMILIES = ("numpy", "torch", "jax", "cupy", "triton")
 
 
 def kernel_skeleton(family: str, module: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -371,6 +372,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     output = selected.client.take_output() if report.when == "call" and selected else ""
     if report.when == "call" and selected:
         note_restarts(item, report, selected.client)
+        if report.failed and interpreter_bfloat16(item):
+            report.longrepr = f"{report.longreprtext}\n{INTERPRETER_BFLOAT16}"
     report = complete_report(
         item,
         call,
@@ -383,6 +386,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if run.settings.first_failure and report.failed and selected is not None:
         run.first_failures.note(selected.client.name, claims_of(item), suite_test_id(item))
     return report
+
+
+INTERPRETER_BFLOAT16 = (
+    "note: TRITON_INTERPRET=1, and Triton's interpreter multiplies bfloat16 tl.dot operands as "
+    "raw bits (triton-lang/triton#11584): a Triton kernel's bfloat16 answers are wrong here "
+    "whatever the kernel. Judge bfloat16 on a GPU, or declare it there only."
+)
+
+
+def interpreter_bfloat16(item: pytest.Item) -> bool:
+    """Whether ``item`` judged bfloat16 where Triton's interpreter runs the kernels."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return params.get("dtype") == "bfloat16" and os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def note_restarts(item: pytest.Item, report: pytest.TestReport, client) -> None:

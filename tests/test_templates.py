@@ -97,3 +97,21 @@ def test_the_cupy_skeleton_conforms_as_written(suite, tmp_path):
     if unavailable:
         pytest.skip(unavailable)
     assert judged(suite, tmp_path, "cupy")["verdict"] == "conforms"
+
+
+def test_the_triton_skeleton_is_judged_through_the_interpreter_by_tox():
+    """tox's torch env judges the Triton skeleton as the template module (the text `attnspec new
+    --family triton` writes), through the interpreter, in float32 and float16 (it declares
+    bfloat16 on a GPU only): CI holds it to 'conforms as written'."""
+    import configparser
+
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    setenv = tox["testenv:torch"]["setenv"]
+    assert "TRITON_INTERPRET = 1" in setenv
+    assert "impls.templates.triton_kernel:MyKernel" in setenv
+    assert kernel_skeleton("triton", "mykernel") == (
+        ROOT / "impls" / "templates" / "triton_kernel.py"
+    ).read_text(encoding="utf-8")
+    source = kernel_skeleton("triton", "mykernel")
+    assert 'dtypes = ("float32", "float16") + (() if interpreted() else ("bfloat16",))' in source
