@@ -403,15 +403,12 @@ def interpreter_bfloat16(item: pytest.Item) -> bool:
 
 def note_restarts(item: pytest.Item, report: pytest.TestReport, client) -> None:
     """Say in a failed test's message where a call of it left the worker suspect (it was
-    restarted), and end the worker of a test that failed: whatever broke the answer may have
-    broken the process, and no later test is decided in it."""
+    restarted before the next call: conformance.run.worker_clients.worker_left_suspect)."""
     restarts = client.take_restarts()
     if restarts:
         item.stash.setdefault(NOTES_KEY, TestNotes()).restarts = restarts
-    if report.failed:
-        if restarts:
+        if report.failed:
             report.longrepr = f"{report.longreprtext}\n" + "\n".join(restarts)
-        client.restart_worker()
 
 
 def _xdist_workers(config: pytest.Config) -> int:

@@ -8,15 +8,20 @@ import math
 import numpy as np
 
 from conformance.judge.harness import Case
-from conformance.judge.regimes import regimes_of_call, regimes_of_merge
+from conformance.judge.regimes import choices_of_call, regimes_of_call, regimes_of_merge
 from spec import load_catalogue
 from spec.regimes import REGIME_IDS, REGIMES
 from tests.regime_coverage import (
+    CHOICES_END,
+    CHOICES_START,
     coverage,
     current_block,
+    drawn_choices,
+    drawn_regimes,
     gaps,
     generated_block,
-    measure,
+    generated_choices_block,
+    measured_report,
 )
 
 
@@ -103,8 +108,24 @@ def test_a_regime_drawn_only_by_tests_of_other_claims_is_a_gap():
 
 
 def test_every_regime_is_drawn_by_a_test_of_its_claims_as_docs_regimes_shows():
-    covered = measure()  # a run of the suite on numpy_reference and numpy_flash, about 15 s
+    report = measured_report()  # a run of the suite on numpy_reference and numpy_flash, ~15 s
+    covered = coverage(drawn_regimes(report))
     assert not gaps(covered), f"regimes no test of their claims draws: {gaps(covered)}"
     assert current_block() == generated_block(covered), (
         "docs/regimes.md is stale: python -m tests.regime_coverage --write"
     )
+    # and the table of the choices each claim's tests vary, from the same run
+    choices = drawn_choices(report)
+    assert "own" in choices["LAYOUT-STRIDES"]["layout"]
+    assert current_block(CHOICES_START, CHOICES_END) == generated_choices_block(choices), (
+        "docs/regimes.md is stale: python -m tests.regime_coverage --write"
+    )
+
+
+def test_the_choices_of_a_call():
+    case = Case(heads=4, kv_heads=2, tq=5, tk=9, window=3, dtype="float32", layout="v=row_gaps")
+    assert choices_of_call(case, "backward") == {
+        "choice.direction.backward", "choice.lengths.tq-below-tk", "choice.heads.grouped",
+        "choice.dtype.float32", "choice.keywords.window", "choice.layout.own",
+    }  # fmt: skip
+    assert "choice.layout.shared-heads_last" in choices_of_call(Case(layout="heads_last"))

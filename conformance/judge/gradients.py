@@ -18,7 +18,7 @@ import pytest
 from conformance.judge.assertions import assert_within_budget, fail, with_diagnosis
 from conformance.judge.diagnosis import diagnose_gradients
 from conformance.judge.harness import Case, Subject
-from conformance.judge.regimes import regimes_of_backward
+from conformance.judge.regimes import choices_of_call, regimes_of_backward
 from conformance.judge.tolerance import compare_gradients
 from conformance.run.worker_clients import ImplementationBroke
 from spec.dtypes import round_to
@@ -41,7 +41,9 @@ def backward(subject: Subject, case: Case, q, k, v, grad_out, grad_lse=None) -> 
     what the case needs."""
     subject.require(case, autograd=True)
     if subject.notes_regimes:
-        subject.notes.note_regimes(regimes_of_backward(case, q, k))
+        subject.notes.note_regimes(
+            regimes_of_backward(case, q, k) | choices_of_call(case, "backward")
+        )
     extra = [] if grad_lse is None else [grad_lse]
     natives = subject.to_native(case, q, k, v, grad_out, *extra)
     answer = subject.client.vjp(

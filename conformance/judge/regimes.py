@@ -13,6 +13,7 @@ from collections import OrderedDict
 import numpy as np
 
 from conformance.judge.truth import inputs_digest
+from impls.capabilities import LAYOUTS
 from spec.formula import keys_read_and_blind_rows
 from spec.regimes import FAR_ABOVE, FAR_BELOW, FAR_SCORES, LSE_NEAR_1000, SINK_FAR
 
@@ -189,7 +190,8 @@ def _score_regimes(case, q: np.ndarray, k: np.ndarray) -> set[str]:
 
 
 def regimes_of_call(case, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> set[str]:
-    """The regimes one attention call draws: ``case`` as called, q, k, v its float64 inputs."""
+    """The regimes one attention call draws: ``case`` as called, q, k, v its float64 inputs;
+    and the kernel's independent choices it makes (choices_of_call)."""
     return (
         _shape_regimes(case)
         | _group_regimes(case)
@@ -197,7 +199,31 @@ def regimes_of_call(case, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> set[st
         | _paging_regimes(case)
         | _mask_regimes(case)
         | _score_regimes(case, q, k)
+        | choices_of_call(case)
     )
+
+
+def choices_of_call(case, direction: str = "forward") -> set[str]:
+    """The choices a kernel makes independently of each other that one call of ``case`` draws,
+    as ``choice.AXIS.VALUE``: forward or backward, Tq against Tk, k's and v's heads against q's,
+    the dtype, one layout for all operands or one of their own each, the keywords it sets
+    together.
+    A claim whose tests draw one value of an axis never varies that choice (docs/regimes.md)."""
+    tq, tk = case.tq, case.tk
+    length = "tq-equals-tk" if tq == tk else "tq-below-tk" if tq < tk else "tq-above-tk"
+    heads = "grouped" if case.key_value_heads != case.heads else "equal"
+    layout = f"shared-{case.layout}" if case.layout in LAYOUTS else "own"
+    drawn = {
+        f"choice.direction.{direction}",
+        f"choice.lengths.{length}",
+        f"choice.heads.{heads}",
+        f"choice.dtype.{case.dtype}",
+        f"choice.keywords.{'+'.join(sorted(case.formula_variant)) or 'none'}",
+        f"choice.layout.{layout}",
+    }
+    if case.page_size is not None:
+        drawn.add("choice.keywords.paged")
+    return drawn
 
 
 def regimes_of_backward(case, q: np.ndarray, k: np.ndarray) -> set[str]:

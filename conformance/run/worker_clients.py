@@ -371,6 +371,7 @@ class ImplementationClient:
         # why its worker was restarted since the test began: a call that may have left it broken
         # (worker_left_suspect), so that no later call is decided by that worker
         self.restarts: list[str] = []
+        self.restart_pending = False
         # the catalogued mistakes its failures so far refuted in this process
         # (conformance.judge.diagnosis): no later failure needs them computed
         self.refuted_mistakes: set[str] = set()
@@ -484,20 +485,32 @@ class ImplementationClient:
         answer = self.channel.handle(call) if self.in_process else self.remote(call)
         suspect = worker_left_suspect(call, answer)
         if suspect:
-            self.restart_worker(f"{describe_call(call)} {suspect}")
+            self.worker_suspect(f"{describe_call(call)} {suspect}")
         return self.unpack(op, answer)
 
-    def restart_worker(self, why: str | None = None) -> None:
-        """End the worker, so that the next call starts a fresh one; ``why``, where given, is
-        noted for the test's report (take_restarts)."""
+    def worker_suspect(self, why: str) -> None:
+        """A call may have left the worker broken: the first time in a test, the worker is
+        restarted before the next call; after that (a test of many calls that each return NaN)
+        before the next test, so that no later test is decided in it and a failing test does
+        not pay a restart per call."""
+        if self.restarts:
+            self.restart_pending = True
+            return
+        self.restarts.append(f"{why}: its worker was restarted")
+        self.restart_worker()
+
+    def restart_worker(self) -> None:
+        """End the worker, so that the next call starts a fresh one."""
         if self.in_process or not self.channel.alive():
             return
         self.channel.kill()
-        if why:
-            self.restarts.append(f"{why}: its worker was restarted before the next call")
 
     def take_restarts(self) -> list[str]:
-        """The restarts noted since the last call of this."""
+        """The restarts noted since the last call of this, which begins a test: a restart a
+        call of the last test left pending happens here."""
+        if self.restart_pending:
+            self.restart_pending = False
+            self.restart_worker()
         taken, self.restarts = self.restarts, []
         return taken
 
