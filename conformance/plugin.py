@@ -371,7 +371,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     selected = selected_of(item)
     output = selected.client.take_output() if report.when == "call" and selected else ""
     if report.when == "call" and selected:
-        note_restarts(item, report, selected.client)
+        note_restarts(report, selected.client)
         if report.failed and interpreter_bfloat16(item):
             report.longrepr = f"{report.longreprtext}\n{INTERPRETER_BFLOAT16}"
     report = complete_report(
@@ -401,14 +401,12 @@ def interpreter_bfloat16(item: pytest.Item) -> bool:
     return params.get("dtype") == "bfloat16" and os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def note_restarts(item: pytest.Item, report: pytest.TestReport, client) -> None:
+def note_restarts(report: pytest.TestReport, client) -> None:
     """Say in a failed test's message where a call of it left the worker suspect (it was
     restarted before the next call: conformance.run.worker_clients.worker_left_suspect)."""
     restarts = client.take_restarts()
-    if restarts:
-        item.stash.setdefault(NOTES_KEY, TestNotes()).restarts = restarts
-        if report.failed:
-            report.longrepr = f"{report.longreprtext}\n" + "\n".join(restarts)
+    if restarts and report.failed:
+        report.longrepr = f"{report.longreprtext}\n" + "\n".join(restarts)
 
 
 def _xdist_workers(config: pytest.Config) -> int:

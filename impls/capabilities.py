@@ -261,8 +261,7 @@ class Capabilities:
                     f"Capabilities.{field}={value!r}, but should be a positive integer"
                     + (" or None (no maximum)" if field == "max_length" else "")
                 )
-        least = -(-self.min_length // self.length_multiple) * self.length_multiple
-        if self.max_length is not None and least > self.max_length:
+        if self.max_length is not None and self.shortest_length > self.max_length:
             raise ValueError(
                 f"Capabilities declares lengths that are multiples of {self.length_multiple} from "
                 f"{self.min_length} to {self.max_length}: there is none"
@@ -278,19 +277,23 @@ class Capabilities:
             return f"sequence length {length} (it declares {self.describe_lengths()})"
         return None
 
+    @property
+    def shortest_length(self) -> int:
+        """The shortest declared length: the first multiple from min_length."""
+        return -(-self.min_length // self.length_multiple) * self.length_multiple
+
     def fit_length(self, length: int) -> int:
         """The declared length nearest ``length`` from above (else the largest declared)."""
         step = self.length_multiple
-        fitted = -(-max(length, self.min_length) // step) * step
+        fitted = max(-(-length // step) * step, self.shortest_length)
         if self.max_length is not None and fitted > self.max_length:
             fitted = self.max_length // step * step
         return fitted
 
     def describe_lengths(self) -> str:
         words = f"multiples of {self.length_multiple} " if self.length_multiple > 1 else ""
-        least = self.fit_length(self.min_length)
         most = "" if self.max_length is None else f" to {self.max_length}"
-        return f"{words}from {least}{most}"
+        return f"{words}from {self.shortest_length}{most}"
 
     def check_fp8(self) -> None:
         for field, values, vocabulary in (

@@ -44,8 +44,6 @@ class TestNotes:
     findings: list[dict] = field(default_factory=list)
     broken: str | None = None  # why the implementation's first call broke the contract
     regimes: list[str] = field(default_factory=list)  # spec.regimes its calls drew, sorted
-    # calls that left the implementation's worker suspect, each restarting it
-    restarts: list[str] = field(default_factory=list)
 
     def note_budget_fraction(self, fraction: float, dtype: str) -> None:
         self.budget_fraction = worst_fraction(self.budget_fraction, fraction)

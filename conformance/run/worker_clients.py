@@ -672,20 +672,22 @@ def worker_left_suspect(call: Call, answer: Answer) -> str | None:
         return f"raised {answer.type_name} from inside {library}" if library else None
     if call.op not in ("attention", "vjp") or not hasattr(answer, "outputs"):
         return None
-    if not all(finite(array.array) for array in call.arrays):
+    if any(nonfinite_count(array.array) for array in call.arrays):
         return None
     for index, output in enumerate(answer.outputs):
-        if not finite(output.array):
-            bad = np.count_nonzero(~np.isfinite(np.asarray(output.array, np.float64)))
+        bad = nonfinite_count(output.array)
+        if bad:
             return f"returned {bad} non-finite values in output {index} for finite inputs"
     return None
 
 
-def finite(array: np.ndarray) -> bool:
+def nonfinite_count(array: np.ndarray) -> int:
+    """How many of ``array``'s values are NaN or infinite (0 for values no float64 holds: not
+    judged here)."""
     try:
-        return bool(np.isfinite(np.asarray(array, np.float64)).all())
-    except (TypeError, ValueError):  # values no float64 holds: not judged here
-        return True
+        return int(np.count_nonzero(~np.isfinite(np.asarray(array, np.float64))))
+    except (TypeError, ValueError):
+        return 0
 
 
 def library_of_innermost_frame(trace: str) -> str | None:
