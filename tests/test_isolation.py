@@ -5,6 +5,7 @@ through ``attnspec run`` with its defaults."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -111,7 +112,9 @@ def test_misbehaving_implementations_fail_and_spare_the_others(mode, tmp_path):
     assert "raised unittest.case.SkipTest: not applicable" in " ".join(output.split())
     assert "raised KeyboardInterrupt" in output
     assert "raised SystemExit: 0" in output
-    assert len(output) < 5_000_000, "10 MB printed by an implementation reached the terminal"
+    # The suite's own report grows with its claims; what must stay out is the printer's 10 MB.
+    printed = sum(len(run_of_x) for run_of_x in re.findall(r"x{64,}", output))
+    assert printed < 1_000_000, f"{printed} of the 10 MB printed by an implementation were shown"
     if mode != "attnspec run":  # which prints the matrix, not pytest's per-test sections
         assert (
             f"output of {MEDDLING}:prints_ten_megabytes (its worker's stdout and stderr)" in output
