@@ -52,6 +52,7 @@ from spec.formula import causal_mask, each_item_or_sequence, resolve_scale
 from spec.fp8 import FP8_FORMATS
 from spec.fp8 import SCALE_KEYWORDS as FP8_SCALE_KEYWORDS
 from spec.fp8 import numpy_dtype as fp8_numpy_dtype
+from spec.masks import mask_options, visible_keys
 
 PLAIN_SIGNATURE = "fn(q, k, v, *, causal=True, scale=None) -> numpy.ndarray"
 
@@ -230,19 +231,23 @@ class NumpyArrays:
         if q.dtype not in (np.float32, np.float64):
             raise TypeError(f"q.dtype={q.dtype}, but should be float32 or float64 [{self.name}]")
 
-    def with_empty_items(self, out: np.ndarray, key_lengths, lse=None):
-        """``out`` (and ``lse``) with the rows of items that have no key set as
-        ``capabilities.empty_rows`` declares (their lse -inf), whatever the arithmetic left
-        there (0 / 0)."""
-        if key_lengths is None or min(key_lengths) > 0:
+    def with_blind_rows(self, out: np.ndarray, lse=None, *, causal: bool, tk: int, **options):
+        """``out`` (and ``lse``) with the rows that see no key (spec.masks: an item with no key,
+        a row its mask leaves none) set as ``capabilities.empty_rows`` declares (their lse
+        -inf), whatever the arithmetic left there (0 / 0). ``tk``: the keys the call had."""
+        mask = mask_options(options)
+        if not mask and not causal:
             return out if lse is None else (out, lse)
-        empty = np.asarray(key_lengths) == 0  # (B,)
+        seen = visible_keys(out.shape[-2], tk, causal=causal, **mask).any(axis=-1)
+        blind = np.broadcast_to(~seen, out.shape[:-1])  # (B, H, Tq)
+        if not blind.any():
+            return out if lse is None else (out, lse)
         out = out.copy()
-        out[empty] = 0 if self.capabilities.empty_rows == "zeros" else np.nan
+        out[blind] = 0 if self.capabilities.empty_rows == "zeros" else np.nan
         if lse is None:
             return out
         lse = lse.copy()
-        lse[empty] = -np.inf
+        lse[blind] = -np.inf
         return out, lse
 
 

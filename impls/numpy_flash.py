@@ -40,9 +40,36 @@ from impls.contract import (
 from impls.fp8_calls import is_fp8_call
 from impls.numpy_fp8 import FP8_QUERY_DTYPES, flash3_attention
 from spec.formula import merge_states
+from spec.masks import Grid, cut_to_item, extent_of, visible
 
 BLOCK_M = 64  # query rows per block: 4 warps x 16 rows in the tensor-core kernel
 BLOCK_N = 64  # keys per tile streamed through shared memory
+
+
+class MaskOfTiles:
+    """Which keys each query row sees (spec.masks' kinds, declared once), asked tile by tile as
+    a block-sparse kernel asks: the tiles a query block visits are those in which some row of it
+    sees a key."""
+
+    def __init__(self, tq: int, tk: int, *, causal: bool, **options):
+        self.options = {"causal": causal, **{k: v for k, v in options.items() if v is not None}}
+        self.tq, self.tk = tq, tk
+        self.grid = Grid.over(*extent_of(self.options), tq, tk)
+        self.offset = tk - tq
+
+    def seen(self, block_start, block_stop, start, stop) -> np.ndarray:
+        """(B or 1, H or 1, bm, bn): True where a row of the block sees a key of the tile."""
+        tile = self.grid.tile(slice(block_start, block_stop), slice(start, stop))
+        return visible(tile, self.options)
+
+    def tiles_seen(self, block_start: int, block_stop: int) -> list[tuple[int, int]]:
+        """(start, stop) of each key tile the query block [block_start, block_stop) visits."""
+        bounds = key_tiles(block_start, block_stop, self.tk, self.offset,
+                           self.options["causal"], self.options.get("window"),
+                           self.options.get("chunk"))  # fmt: skip
+        if "attn_mask" not in self.options:
+            return bounds
+        return [(a, b) for a, b in bounds if self.seen(block_start, block_stop, a, b).any()]
 
 
 def key_tiles(
@@ -144,6 +171,7 @@ def attention_over_tiles(
     softcap: float | None = None,
     alibi_slopes=None,
     sinks=None,
+    attn_mask=None,
     rounded_weights=None,
 ):
     """:func:`tiled_attention` over the keys of a :class:`DenseKeys` or :class:`PagedKeys`.
@@ -159,6 +187,7 @@ def attention_over_tiles(
     cap = None if softcap is None else dtype.type(softcap)
     slopes = None if alibi_slopes is None else np.asarray(alibi_slopes, dtype)[:, None, None]
     sink = None if sinks is None else np.asarray(sinks, dtype)[:, None]  # (H, 1)
+    mask = MaskOfTiles(tq, tk, causal=causal, window=window, chunk=chunk, attn_mask=attn_mask)
     for block_start in range(0, tq, BLOCK_M):
         block_stop = min(block_start + BLOCK_M, tq)
         rows = np.arange(block_start, block_stop)[:, None]  # (bm, 1)
@@ -166,7 +195,7 @@ def attention_over_tiles(
         running_max = np.full(q_block.shape[:-1], -np.inf, dtype=dtype)  # (B, H, bm)
         running_sum = np.zeros(q_block.shape[:-1], dtype=dtype)  # (B, H, bm)
         acc = np.zeros((*q_block.shape[:-1], keys.value_dim), dtype=dtype)  # (B, H, bm, Dv)
-        tiles = key_tiles(block_start, block_stop, tk, offset, causal, window, chunk)
+        tiles = mask.tiles_seen(block_start, block_stop)
         for start, stop in tiles:
             k_tile, v_tile = keys.tile(start, stop)  # (B, H, bn, D), (B, H, bn, Dv)
             scores = q_block @ k_tile.swapaxes(-1, -2)  # (B, H, bm, bn)
@@ -176,16 +205,8 @@ def attention_over_tiles(
                 scores = cap * np.tanh(scores / cap)
             if slopes is not None:
                 scores -= slopes * np.abs(rows + offset - columns).astype(dtype)  # (H, bm, bn)
-            if chunk is not None:
-                elsewhere = columns // chunk != (rows + offset) // chunk  # (bm, bn)
-                np.copyto(scores, -np.inf, where=elsewhere)
-            if causal:
-                future = columns > rows + offset  # (bm, bn)
-                # Overwritten, not added to: a NaN or inf future score must not survive.
-                np.copyto(scores, -np.inf, where=future)
-            if window is not None:
-                behind = columns < rows + offset - window  # (bm, bn)
-                np.copyto(scores, -np.inf, where=behind)
+            # Overwritten, not added to: a NaN or inf hidden score must not survive.
+            np.copyto(scores, -np.inf, where=~mask.seen(block_start, block_stop, start, stop))
             new_max = np.maximum(running_max, scores.max(axis=-1))  # (B, H, bm)
             shift = np.where(new_max == -np.inf, dtype.type(0), new_max)
             correction = np.exp(running_max - shift)  # (B, H, bm); exp(-inf) = 0 on first tile
@@ -207,7 +228,7 @@ def attention_over_tiles(
 
 
 def tiled_backward(q, k, v, grad_out, *, causal, scale, grad_lse=None, window=None, chunk=None,
-                   softcap=None, alibi_slopes=None, sinks=None):  # fmt: skip
+                   softcap=None, alibi_slopes=None, sinks=None, attn_mask=None):  # fmt: skip
     """FlashAttention 2's backward in the forward's tiling: (dq, dk, dv, dsinks or None) of
     (B, H, Tq, D), (B, Hkv, Tk, D), (B, Hkv, Tk, Dv) arrays, dsinks (H,).
 
@@ -223,7 +244,8 @@ def tiled_backward(q, k, v, grad_out, *, causal, scale, grad_lse=None, window=No
     heads, kv_heads = q.shape[-3], k.shape[-3]
     kv_head = key_value_heads(heads, kv_heads)
     keys, values = k[:, kv_head], v[:, kv_head]  # (B, Hkv, T, D) -> (B, H, T, D)
-    modifiers = dict(window=window, chunk=chunk, softcap=softcap, alibi_slopes=alibi_slopes)
+    modifiers = dict(window=window, chunk=chunk, softcap=softcap, alibi_slopes=alibi_slopes,
+                     attn_mask=attn_mask)  # fmt: skip
     out, lse = attention_over_tiles(q, DenseKeys(keys, values), causal=causal, scale=scale,
                                     with_lse=True, sinks=sinks, **modifiers)  # fmt: skip
     lse_with_sink = lse if sinks is None else np.logaddexp(lse, np.asarray(sinks, dtype)[:, None])
@@ -235,7 +257,8 @@ def tiled_backward(q, k, v, grad_out, *, causal, scale, grad_lse=None, window=No
     tq, tk = q.shape[-2], keys.shape[-2]
     offset = tk - tq
     blocks = [(start, min(start + BLOCK_M, tq)) for start in range(0, tq, BLOCK_M)]
-    visits = {block: key_tiles(*block, tk, offset, causal, window, chunk) for block in blocks}
+    mask = MaskOfTiles(tq, tk, causal=causal, window=window, chunk=chunk, attn_mask=attn_mask)
+    visits = {block: mask.tiles_seen(*block) for block in blocks}
     grad_q = np.zeros_like(q)
     grad_keys, grad_values = np.zeros_like(keys), np.zeros_like(values)
     for tile in sorted({tile for tiles in visits.values() for tile in tiles}):
@@ -249,7 +272,7 @@ def tiled_backward(q, k, v, grad_out, *, causal, scale, grad_lse=None, window=No
             scores = raw if softcap is None else dtype.type(softcap) * np.tanh(raw / softcap)
             scores = tile_masked(
                 scores, np.arange(block_start, block_stop)[:, None] + offset, columns,
-                causal=causal, window=window, chunk=chunk, alibi_slopes=alibi_slopes,
+                mask.seen(block_start, block_stop, start, stop), alibi_slopes=alibi_slopes,
             )  # fmt: skip
             with np.errstate(invalid="ignore"):
                 probs = np.where(seen[..., rows, None], np.exp(scores - shift[..., rows, :]), 0)
@@ -278,21 +301,15 @@ def scores_capped(raw, softcap):
     return softcap * np.tanh(raw / softcap)
 
 
-def tile_masked(scores, positions, columns, *, causal, window, chunk, alibi_slopes):
+def tile_masked(scores, positions, columns, seen, *, alibi_slopes):
     """A tile's (B, H, bm, bn) capped scores with ALiBi's bias added and -inf where the forward
-    hid a key: ``positions`` (bm, 1) the rows' absolute positions, ``columns`` (1, bn) the keys'."""
+    hid a key (``seen`` False): ``positions`` (bm, 1) the rows' absolute positions, ``columns``
+    (1, bn) the keys'."""
     dtype = scores.dtype
     if alibi_slopes is not None:
         slopes = np.asarray(alibi_slopes, dtype)[:, None, None]  # (H, 1, 1)
         scores = scores - slopes * np.abs(positions - columns).astype(dtype)
-    hidden = np.zeros(np.broadcast_shapes(positions.shape, columns.shape), bool)  # (bm, bn)
-    if causal:
-        hidden |= columns > positions
-    if window is not None:
-        hidden |= columns < positions - window
-    if chunk is not None:
-        hidden |= columns // chunk != positions // chunk
-    return np.where(hidden, -np.inf, scores)
+    return np.where(seen, scores, -np.inf)
 
 
 class NumpyFlash(NumpyArrays, Implementation):
@@ -335,7 +352,8 @@ class NumpyFlash(NumpyArrays, Implementation):
             grads = tiled_backward(
                 q[item, :, rows], k[item, :, keys], v[item, :, keys],
                 grad_out[item, :, rows], causal=causal, scale=scale,
-                grad_lse=None if grad_lse is None else grad_lse[item, :, rows], **variant,
+                grad_lse=None if grad_lse is None else grad_lse[item, :, rows],
+                **cut_to_item(variant, b, rows, keys),
             )  # fmt: skip
             grad_q[item, :, rows] = grads[0]
             grad_k[item, :, keys] = grads[1]
@@ -413,7 +431,9 @@ class NumpyFlash(NumpyArrays, Implementation):
                 window=window,
                 **modifiers,
             )
-        out, lse = self.with_empty_items(out, key_lengths, lse)
+        # the items with no key (a mask is refused with pages: impls.validation)
+        tk = table.shape[1] * k_pool.shape[1]
+        out, lse = self.with_blind_rows(out, lse, causal=False, tk=tk, key_lengths=key_lengths)
         return (out, lse) if return_lse else out
 
     def merge_states(self, outputs, lses):
@@ -442,9 +462,12 @@ class NumpyFlash(NumpyArrays, Implementation):
         self.check_float_dtype(q)
         scale = resolve_scale(scale, q.shape[-1])
         if key_lengths is None:
-            return tiled_attention(
-                q, k, v, causal=causal, scale=scale, with_lse=True, window=window, **modifiers
-            )
+            with np.errstate(invalid="ignore", divide="ignore"):  # a row that sees no key: 0 / 0
+                out, lse = tiled_attention(
+                    q, k, v, causal=causal, scale=scale, with_lse=True, window=window, **modifiers
+                )
+            return self.with_blind_rows(out, lse, causal=causal, tk=k.shape[-2], window=window,
+                                        **modifiers)  # fmt: skip
         # One item at a time, as the kernel's grid does: item b's keys end at its length.
         with np.errstate(invalid="ignore", divide="ignore"):  # an item with no key: 0 / 0
             items = [
@@ -456,9 +479,10 @@ class NumpyFlash(NumpyArrays, Implementation):
                     scale=scale,
                     with_lse=True,
                     window=window,
-                    **modifiers,
+                    **cut_to_item(modifiers, b, slice(None), slice(0, length)),
                 )
                 for b, length in enumerate(key_lengths)
             ]
         out, lse = (np.concatenate(parts) for parts in zip(*items, strict=True))
-        return self.with_empty_items(out, key_lengths, lse)
+        return self.with_blind_rows(out, lse, causal=causal, tk=k.shape[-2], window=window,
+                                    key_lengths=key_lengths, **modifiers)  # fmt: skip

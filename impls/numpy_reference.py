@@ -44,20 +44,19 @@ class NumpyReference(NumpyArrays, Implementation):
         validate_inputs(
             q, k, v, causal=causal, scale=scale, gqa=True, window=window, **variant, **paging
         )
-        key_lengths = variant.get("key_lengths")
         if paging["block_table"] is not None:  # the pages gathered into dense keys and values
-            k, v = (gathered_pages(x, paging["block_table"], key_lengths) for x in (k, v))
+            k, v = (gathered_pages(x, paging["block_table"], variant.get("key_lengths"))
+                    for x in (k, v))  # fmt: skip
         split = self.each_item_or_sequence(
             q, k, v, causal=causal, scale=scale, window=window, return_lse=return_lse, **variant
         )
         if split is not None:
             return split
         options = dict(causal=causal, scale=scale, window=window, **variant)
-        with np.errstate(invalid="ignore"):  # 0 / 0 in an item with no key: replaced below
+        with np.errstate(invalid="ignore"):  # 0 / 0 in a row that sees no key: replaced below
             out = reference_attention(q, k, v, **options)
-        if not return_lse:
-            return self.with_empty_items(out, key_lengths)
-        return self.with_empty_items(out, key_lengths, reference_log_sum_exp(q, k, **options))
+        lse = reference_log_sum_exp(q, k, **options) if return_lse else None
+        return self.with_blind_rows(out, lse, tk=k.shape[-2], **options)
 
     def vjp(self, q, k, v, grad_out, *, causal=True, scale=None, grad_lse=None, **variant):
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant)

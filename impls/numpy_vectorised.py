@@ -41,6 +41,7 @@ from impls.fp8_calls import is_fp8_call
 from impls.machine import usable_cores
 from impls.numpy_fp8 import FP8_QUERY_DTYPES, dequantized_attention
 from spec.formula import repeat_kv_heads
+from spec.masks import as_four_dims, cut_to_item
 
 try:
     from threadpoolctl import ThreadpoolController
@@ -85,14 +86,15 @@ class NumpyVectorised(NumpyArrays, Implementation):
     )
 
     def attention(
-        self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **packing
-    ):
+        self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, attn_mask=None,
+        **packing,
+    ):  # fmt: skip
         if is_fp8_call(q, k, v, packing):
             extras = {"window": window, "key_lengths": key_lengths}
             extras = {name: value for name, value in extras.items() if value is not None}
             return dequantized_attention(self, q, k, v, causal=causal, scale=scale,
                                          **extras, **packing)  # fmt: skip
-        variant = dict(window=window, key_lengths=key_lengths)
+        variant = dict(window=window, key_lengths=key_lengths, attn_mask=attn_mask)
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
         self.check_float_dtype(q)
         split = self.each_item_or_sequence(
@@ -110,6 +112,9 @@ class NumpyVectorised(NumpyArrays, Implementation):
                         causal=causal,
                         scale=scale,
                         window=window,
+                        attn_mask=cut_to_item(variant, b, slice(None), slice(0, length))[
+                            "attn_mask"
+                        ],
                     )
                     if length
                     else self.empty_rows(q[b : b + 1], v[b : b + 1])  # no key (EMPTY-KV)
@@ -126,26 +131,44 @@ class NumpyVectorised(NumpyArrays, Implementation):
         pairs = q3.shape[0]
         pool = head_pool()
         workers = min(usable_cores(), pairs) if pool else 1
+        hidden3 = None
+        if attn_mask is not None:  # (B*H, Tq, Tk): True where the mask hides a key
+            hidden = ~np.broadcast_to(as_four_dims(attn_mask), (*q.shape[:2], tq, tk))
+            hidden3 = hidden.reshape(-1, tq, tk)
         if workers == 1 or pairs * tq * tk < PARALLEL_MIN_SCORES:
-            attend(q3, k3, v3, out3, scale=scale, causal=causal, window=window)
-            return out
+            attend(q3, k3, v3, out3, scale=scale, causal=causal, window=window, hidden=hidden3)
+            return self.with_blind_rows(out, causal=causal, tk=tk, **variant)
         executor, blas = pool
         bounds = np.linspace(0, pairs, workers + 1).astype(int)
         groups = [slice(a, b) for a, b in itertools.pairwise(bounds)]
         with blas.limit(limits=1, user_api="blas"):
             for done in [
                 executor.submit(
-                    attend, q3[g], k3[g], v3[g], out3[g], scale=scale, causal=causal, window=window
+                    attend,
+                    q3[g],
+                    k3[g],
+                    v3[g],
+                    out3[g],
+                    scale=scale,
+                    causal=causal,
+                    window=window,
+                    hidden=None if hidden3 is None else hidden3[g],
                 )
                 for g in groups
             ]:
                 done.result()  # re-raises a worker's exception here
-        return out
+        return self.with_blind_rows(out, causal=causal, tk=tk, **variant)
 
 
-def attend(q, k, v, out, *, scale, causal: bool, window: int | None = None) -> None:
+def attend(q, k, v, out, *, scale, causal: bool, window: int | None = None, hidden=None) -> None:
     """Attention of (N, Tq, D), (N, Tk, D), (N, Tk, Dv) into ``out`` (N, Tq, Dv), block by block;
-    a left ``window`` w keeps row i's keys from its position - w on."""
+    a left ``window`` w keeps row i's keys from its position - w on; ``hidden`` (N, Tq, Tk), where
+    given, hides the keys a custom mask hides."""
+    with np.errstate(invalid="ignore"):  # a row the mask leaves no key: 0 / 0, replaced after
+        attend_blocks(q, k, v, out, scale=scale, causal=causal, window=window, hidden=hidden)
+
+
+def attend_blocks(q, k, v, out, *, scale, causal: bool, window, hidden) -> None:
     tq, tk = q.shape[-2], k.shape[-2]
     offset = tk - tq  # bottom-right alignment: query row i sits at absolute position i + offset
     keys_t = k.swapaxes(-1, -2)  # (N, D, Tk)
@@ -169,6 +192,8 @@ def attend(q, k, v, out, *, scale, causal: bool, window: int | None = None) -> N
             positions = np.arange(start, stop)[:, None] + offset  # (bq, 1)
             behind = np.arange(first, keys)[None, :] < positions - window  # (bq, keys - first)
             np.copyto(scores, -np.inf, where=behind)
+        if hidden is not None:
+            np.copyto(scores, -np.inf, where=hidden[:, start:stop, first:keys])
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
         row_sums = scores.sum(axis=-1, keepdims=True)  # (N, bq, 1)

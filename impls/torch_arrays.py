@@ -6,6 +6,7 @@ support, and report "torch is not installed" as the reason they cannot run.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,7 @@ import numpy as np
 from impls.contract import (
     ContractViolation,
 )
+from spec.masks import Grid, extent_of, mask_options, visible
 
 try:
     import torch
@@ -126,25 +128,27 @@ def query_positions(tq: int, tk: int, device, key_lengths=None) -> Any:
     return torch.arange(tq, device=device)[:, None] + (lengths - tq)[:, None, None]
 
 
-def visible_mask(
-    tq: int, tk: int, device, *, causal=True, window=None, key_lengths=None, chunk=None
-) -> Any:
-    """(B or 1, 1, Tq, Tk) boolean mask, True where query row i of batch item b sees key j: item b
-    holds its first L_b keys, its row i sits at position p = i + L_b - Tq, a left window w
-    keeps keys p - w <= j <= p, and a chunk C those with j // C == p // C."""
-    lengths = torch.tensor([tk] if key_lengths is None else list(key_lengths), device=device)
-    keys = torch.arange(tk, device=device)  # (Tk,)
-    positions = (
-        torch.arange(tq, device=device)[:, None] + (lengths - tq)[:, None, None]
-    )  # (B, Tq, 1)
-    mask = keys < lengths[:, None, None]  # (B, 1, Tk)
-    if causal:
-        mask = mask & (keys <= positions)
-    if window is not None:
-        mask = mask & (keys >= positions - window)
-    if chunk is not None:
-        mask = mask & (keys // chunk == positions // chunk)
-    return mask[:, None]  # (B, 1, Tq, Tk)
+def visible_mask(tq: int, tk: int, device, *, causal=True, **mask) -> Any:
+    """(B or 1, H or 1, Tq, Tk) boolean tensor, True where query row i of batch item b and head h
+    sees key j: spec.masks' predicates, declared once, asked on torch tensors on ``device``."""
+    options = {"causal": causal, **mask_options(mask)}
+    if "attn_mask" in options:  # a NumPy array by the contract, or a tensor
+        options["attn_mask"] = torch.as_tensor(options["attn_mask"], device=device)
+    batch, heads = extent_of(options)
+    grid = Grid.over(
+        batch, heads, tq, tk, key_lengths=options.get("key_lengths"),
+        arange=functools.partial(torch.arange, device=device),
+        asarray=functools.partial(torch.tensor, device=device),
+    )  # fmt: skip
+    return visible(grid, options)
+
+
+def blind_rows_kept_finite(mask) -> tuple[Any, Any]:
+    """``mask`` (B or 1, H or 1, Tq, Tk) with its rows that see no key opened to every key, and
+    those rows, (B or 1, H or 1, Tq, 1): a softmax over nothing is 0 / 0, and its NaN reaches
+    every gradient through autograd even where the output is then set."""
+    blind = ~mask.any(dim=-1, keepdim=True)
+    return mask | blind, blind
 
 
 def alibi_bias(tq: int, tk: int, slopes, like, key_lengths=None) -> Any:

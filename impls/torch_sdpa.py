@@ -16,6 +16,7 @@ from impls.contract import (
 from impls.torch_arrays import (
     TorchArrays,
     alibi_bias,
+    blind_rows_kept_finite,
     bottom_right_mask,
     padding_zeroed,
     torch,
@@ -69,9 +70,10 @@ class TorchSdpa(TorchArrays, Implementation):
         key_lengths=None,
         chunk=None,
         alibi_slopes=None,
+        attn_mask=None,
         **packing,
     ):
-        variant = dict(window=window, key_lengths=key_lengths, chunk=chunk)
+        variant = dict(window=window, key_lengths=key_lengths, chunk=chunk, attn_mask=attn_mask)
         if alibi_slopes is not None:
             variant["alibi_slopes"] = alibi_slopes
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
@@ -84,13 +86,13 @@ class TorchSdpa(TorchArrays, Implementation):
         scale = resolve_scale(scale, q.shape[-1])
         grouped = dict(enable_gqa=True) if k.shape[-3] != q.shape[-3] else {}
         if any(value is not None for value in variant.values()):
-            mask = visible_mask(
-                tq, tk, q.device, causal=causal, window=window, key_lengths=key_lengths, chunk=chunk
+            mask, blind = blind_rows_kept_finite(
+                visible_mask(tq, tk, q.device, causal=causal, **variant)
             )
             if alibi_slopes is not None:  # an additive mask: the bias, -inf where hidden
                 bias = alibi_bias(tq, tk, alibi_slopes, q, key_lengths)
                 mask = bias.masked_fill(~mask, -torch.inf)
-            return torch.nn.functional.scaled_dot_product_attention(
+            out = torch.nn.functional.scaled_dot_product_attention(
                 q,
                 padding_zeroed(k, key_lengths),
                 padding_zeroed(v, key_lengths),
@@ -98,6 +100,7 @@ class TorchSdpa(TorchArrays, Implementation):
                 scale=scale,
                 **grouped,
             )
+            return out.masked_fill(blind, 0)  # rows that see no key: zeros, as declared
         # A scale that rounds to 0 in the compute dtype hits the same NaN as scale 0.
         if causal and (tq != tk or abs(scale) < torch.finfo(q.dtype).tiny):
             mask = bottom_right_mask(tq, tk, q.device)

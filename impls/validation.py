@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spec.masks import problems as mask_problems
+
 
 class AttentionInputError(ValueError):
     """Inputs that no attention implementation can give a meaningful answer for."""
@@ -50,6 +52,7 @@ def validate_inputs(
     cu_seqlens_q=None,
     cu_seqlens_k=None,
     chunk: int | None = None,
+    attn_mask=None,
     softcap: float | None = None,
     alibi_slopes=None,
     sinks=None,
@@ -107,12 +110,13 @@ def validate_inputs(
             raise AttentionInputError(f"scale={scale!r}, but should be a real number or None")
         if not math.isfinite(float(scale)):
             raise AttentionInputError(f"scale={scale!r}, but should be finite")
-    if window is not None:
-        validate_window(window, causal=causal)
     if key_lengths is not None or query_lengths is not None:
         validate_lengths(key_lengths, query_lengths, batch=bq, tq=tq, tk=tk, causal=causal)
-    if chunk is not None:
-        validate_chunk(chunk, causal=causal)
+    mask = dict(causal=causal, window=window, chunk=chunk, attn_mask=attn_mask,
+                cu_seqlens_q=cu_seqlens_q, query_lengths=query_lengths,
+                block_table=block_table)  # fmt: skip
+    for problem in mask_problems(mask, (bq, hq, tq, tk)):
+        raise AttentionInputError(problem)
     if softcap is not None:
         validate_softcap(softcap)
     for label, per_head, allowed in (
@@ -160,15 +164,6 @@ def validate_packed(cu_seqlens_q, cu_seqlens_k, *, batch: int, tq: int, tk: int,
         )
 
 
-def validate_window(window, *, causal: bool) -> None:
-    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
-        raise AttentionInputError(f"window={window!r}, but should be an integer >= 0 or None")
-    if not causal:
-        raise AttentionInputError(
-            f"window={window} with causal=False: the window is a left window of causal attention"
-        )
-
-
 def validate_lengths(key_lengths, query_lengths, *, batch: int, tq: int, tk: int, causal: bool):
     """Per-item key and query lengths: one integer per batch item, 1 <= Lq_b <= Tq, 1 <= L_b <= Tk,
     and causal rows that all see a key (L_b >= Lq_b, Lq_b = Tq without query lengths)."""
@@ -198,15 +193,6 @@ def validate_lengths(key_lengths, query_lengths, *, batch: int, tq: int, tk: int
         raise AttentionInputError(
             f"batch item {b} has {queries[b]} queries but {keys[b]} keys: causal bottom-right "
             "alignment leaves its first queries with no key"
-        )
-
-
-def validate_chunk(chunk, *, causal: bool) -> None:
-    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
-        raise AttentionInputError(f"chunk={chunk!r}, but should be an integer >= 1 or None")
-    if not causal:
-        raise AttentionInputError(
-            f"chunk={chunk} with causal=False: chunked attention is causal within each chunk"
         )
 
 

@@ -159,6 +159,17 @@ FEATURES: tuple[Feature, ...] = (
         missing="chunk",
         in_mistakes=False,
     ),
+    Feature(
+        "custom_mask",
+        "attn_mask: a boolean array broadcastable to (B, H, Tq, Tk), True where the query may see "
+        "the key (PyTorch scaled_dot_product_attention's boolean attn_mask), a NumPy array as "
+        "block_table is; intersected with the causal mask (bottom-right aligned), a window and "
+        "key lengths; a row it leaves no key follows the declared empty-row convention",
+        keywords=("attn_mask",),
+        plain_keywords=("attn_mask",),
+        flag="custom mask",
+        missing="attn_mask (a boolean mask of which keys each query sees)",
+    ),
 )
 
 FEATURE_NAMES = tuple(feature.name for feature in FEATURES)

@@ -28,6 +28,7 @@ import numpy as np
 
 from spec.dtypes import check_dtype, rounded_in_storage
 from spec.features import DIFFERENTIATED_KEYWORDS
+from spec.masks import cut_to_item, mask_options, only_mask_options, visible_keys
 
 
 def resolve_scale(scale: float | None, head_dim: int) -> float:
@@ -44,35 +45,6 @@ def query_positions(tq: int, tk: int, key_lengths=None) -> np.ndarray:
     aligned, L_b = Tk without key lengths)."""
     lengths = np.array([tk]) if key_lengths is None else np.asarray(key_lengths, dtype=np.int64)
     return np.arange(tq)[None, :, None] + (lengths - tq)[:, None, None]  # (B, Tq, 1)
-
-
-def visible_keys(
-    tq: int,
-    tk: int,
-    *,
-    causal: bool = True,
-    window: int | None = None,
-    key_lengths=None,
-    chunk: int | None = None,
-) -> np.ndarray:
-    """Boolean (B or 1, 1, Tq, Tk) mask, True where query row i of batch item b sees key j.
-
-    Item b holds its first L_b keys (``key_lengths``; all Tk without them) and its query row i
-    sits at absolute position p = i + L_b - Tq: bottom-right aligned, as in the document. Causal
-    rows see j <= p, a left ``window`` w keeps p - w <= j of those (FlashAttention's
-    ``window_size=(w, 0)``), and a ``chunk`` C those in p's chunk, j // C == p // C (Llama 4).
-    """
-    lengths = np.array([tk]) if key_lengths is None else np.asarray(key_lengths, dtype=np.int64)
-    keys = np.arange(tk)[None, None, :]  # (1, 1, Tk)
-    positions = query_positions(tq, tk, key_lengths)  # (B, Tq, 1)
-    visible = keys < lengths[:, None, None]  # (B, 1, Tk): padding is never seen
-    if causal:
-        visible = visible & (keys <= positions)
-    if window is not None:
-        visible = visible & (keys >= positions - window)
-    if chunk is not None:
-        visible = visible & (keys // chunk == positions // chunk)
-    return visible[:, None]  # (B, 1, Tq, Tk)
 
 
 def modified_scores(scores: np.ndarray, *, softcap=None, alibi_slopes=None, key_lengths=None):
@@ -130,43 +102,25 @@ def reference_scores(q: np.ndarray, k: np.ndarray, scale: float | None = None) -
 
 
 def reference_masked_scores(
-    q,
-    k,
-    *,
-    causal: bool = True,
-    scale: float | None = None,
-    window=None,
-    key_lengths=None,
-    chunk=None,
-    softcap=None,
-    alibi_slopes=None,
-):
+    q, k, *, causal: bool = True, scale: float | None = None, softcap=None, alibi_slopes=None,
+    **mask,
+):  # fmt: skip
     """Scaled scores, modified (softcap, ALiBi) and with -inf where the mask hides a key,
-    (B, H, Tq, Tk), in float64."""
+    (B, H, Tq, Tk), in float64. ``mask``: the keywords of spec.masks' kinds."""
     scores = reference_scores(q, repeat_kv_heads(q, k), scale)
-    modified_scores(scores, softcap=softcap, alibi_slopes=alibi_slopes, key_lengths=key_lengths)
-    return masked(
-        scores, causal=causal, window=window, key_lengths=key_lengths, chunk=chunk, in_place=True
-    )
+    modified_scores(scores, softcap=softcap, alibi_slopes=alibi_slopes,
+                    key_lengths=mask.get("key_lengths"))  # fmt: skip
+    return masked(scores, causal=causal, in_place=True, **mask)
 
 
-def masked(
-    scores: np.ndarray,
-    *,
-    causal: bool,
-    window=None,
-    key_lengths=None,
-    chunk=None,
-    in_place: bool = False,
-) -> np.ndarray:
-    """``scores`` with -inf where a key is hidden: the document's causal mask, or the extensions'
-    :func:`visible_keys` where a window, key lengths or a chunk are given. ``in_place`` writes
-    the -inf into ``scores`` itself, for a caller that owns them."""
+def masked(scores: np.ndarray, *, causal: bool, in_place: bool = False, **mask) -> np.ndarray:
+    """``scores`` with -inf where a key is hidden: the document's causal mask, intersected with
+    the kinds of spec.masks that ``mask``'s keywords turn on. ``in_place`` writes the -inf into
+    ``scores`` itself, for a caller that owns them."""
     tq, tk = scores.shape[-2:]
-    if window is not None or key_lengths is not None or chunk is not None:
-        visible = visible_keys(
-            tq, tk, causal=causal, window=window, key_lengths=key_lengths, chunk=chunk
-        )
+    mask = only_mask_options(mask)
+    if mask:
+        visible = visible_keys(tq, tk, causal=causal, **mask)
     elif causal:
         visible = causal_mask(tq, tk)
     else:
@@ -360,8 +314,9 @@ def padded_items(
     items = []
     for b, (queries, keys) in enumerate(zip(query_lengths, key_lengths, strict=True)):
         rows = attend(
-            q[b : b + 1, :, :queries], k[b : b + 1, :, :keys], v[b : b + 1, :, :keys], **options
-        )
+            q[b : b + 1, :, :queries], k[b : b + 1, :, :keys], v[b : b + 1, :, :keys],
+            **cut_to_item(options, b, slice(0, queries), slice(0, keys)),
+        )  # fmt: skip
         padding = padding_of(rows, q.shape[-2] - queries, zeros)
         items.append(joined([rows, padding], TOKEN_AXIS, concatenate))
     return joined(items, 0, concatenate)
@@ -465,28 +420,27 @@ def backward_weights(q, k, *, causal=True, scale=None, sinks=None, **variant):
     capped = raw if softcap is None else softcap * np.tanh(raw / softcap)
     scores = modified_scores(capped.copy(), alibi_slopes=variant.get("alibi_slopes"),
                              key_lengths=variant.get("key_lengths"))  # fmt: skip
-    scores = masked(scores, causal=causal, in_place=True, **_mask_options(variant))
+    scores = masked(scores, causal=causal, in_place=True, **mask_options(variant))
     with np.errstate(invalid="ignore"):
         weights = np.nan_to_num(softmax(scores, sinks), nan=0.0)  # a row with no key: 0
     return weights, capped
 
 
-def keys_read_and_blind_rows(tq: int, tk: int, *, causal=True, window=None, key_lengths=None,
-                             chunk=None, cu_seqlens_q=None, cu_seqlens_k=None, **_):  # fmt: skip
-    """Which keys some query row sees, (B or 1, Tk), and which query rows see no key at all,
-    (B or 1, Tq): a key no row reads has gradient exactly 0, and so has a row that sees
-    nothing (the packed sequences each alone)."""
+def keys_read_and_blind_rows(tq: int, tk: int, *, causal=True, cu_seqlens_q=None,
+                             cu_seqlens_k=None, **options):  # fmt: skip
+    """Which keys some query row of a head sees, (B or 1, H or 1, Tk), and which query rows see
+    no key at all, (B or 1, H or 1, Tq): a key no row reads has gradient exactly 0, and so has a
+    row that sees nothing (the packed sequences each alone)."""
+    mask = mask_options(options)
     if cu_seqlens_q is None:
-        visible = visible_keys(
-            tq, tk, causal=causal, window=window, key_lengths=key_lengths, chunk=chunk
-        )[:, 0]  # (B or 1, Tq, Tk); fmt: skip
-        return visible.any(axis=1), ~visible.any(axis=2)
-    read, blind = np.zeros((1, tk), bool), np.ones((1, tq), bool)
+        visible = visible_keys(tq, tk, causal=causal, **mask)  # (B or 1, H or 1, Tq, Tk)
+        return visible.any(axis=2), ~visible.any(axis=3)
+    read, blind = np.zeros((1, 1, tk), bool), np.ones((1, 1, tq), bool)
     for (q0, q1), (k0, k1) in zip(
         itertools.pairwise(cu_seqlens_q), itertools.pairwise(cu_seqlens_k), strict=True
     ):
-        visible = visible_keys(q1 - q0, k1 - k0, causal=causal, window=window, chunk=chunk)[0, 0]
-        read[0, k0:k1], blind[0, q0:q1] = visible.any(axis=0), ~visible.any(axis=1)
+        visible = visible_keys(q1 - q0, k1 - k0, causal=causal, **mask)[0, 0]
+        read[0, 0, k0:k1], blind[0, 0, q0:q1] = visible.any(axis=0), ~visible.any(axis=1)
     return read, blind
 
 
@@ -573,10 +527,6 @@ def _check_differentiated(variant: dict) -> None:
     if unknown:
         raise ValueError(f"no backward for {', '.join(unknown)}: the backward's features are "
                          f"{', '.join(sorted(DIFFERENTIATED_FEATURES))}")  # fmt: skip
-
-
-def _mask_options(variant: dict) -> dict:
-    return {name: variant.get(name) for name in ("window", "key_lengths", "chunk")}
 
 
 def _summed_over_groups(grad: np.ndarray, kv: np.ndarray) -> np.ndarray:

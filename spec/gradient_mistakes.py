@@ -207,9 +207,9 @@ def _window_not_causal(call: GradientCall):
 )
 def _nan_on_blind_rows(call: GradientCall):
     grads = {name: grad.copy() for name, grad in call.truth.items()}
-    blind = _blind_rows(call)  # (B or 1, Tq)
-    blind_items = np.broadcast_to(blind.any(axis=-1), (call.q.shape[0],))  # (B,)
-    grads["q"][np.broadcast_to(blind[:, None, :], call.q.shape[:-1])] = np.nan
+    blind = _blind_rows(call)  # (B or 1, H or 1, Tq)
+    blind_items = np.broadcast_to(blind.any(axis=(-2, -1)), (call.q.shape[0],))  # (B,)
+    grads["q"][np.broadcast_to(blind, call.q.shape[:-1])] = np.nan
     for name in ("k", "v"):
         grads[name][blind_items] = np.nan
     if "sinks" in grads:
@@ -279,7 +279,7 @@ def _without(options: dict, *names: str) -> dict:
 
 
 def _blind_rows(call: GradientCall) -> np.ndarray:
-    """(B or 1, Tq): the rows that see no key."""
+    """(B or 1, H or 1, Tq): the rows that see no key."""
     return keys_read_and_blind_rows(
         call.q.shape[-2], call.k.shape[-2], **_without(call.options, "scale", "grad_lse", "sinks")
     )[1]

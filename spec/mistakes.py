@@ -29,6 +29,7 @@ from spec.formula import (
     softmax,
     unread_padding_zeroed,
 )
+from spec.masks import MASK_KEYWORDS, Grid, extent_of, visible
 
 TILE_SIZES = (32, 64, 128)  # the key tiles of the tiling mistakes: the widths kernels use
 
@@ -56,6 +57,7 @@ class Call:
     alibi_slopes: tuple[float, ...] | None = None
     sinks: tuple[float, ...] | None = None
     chunk: int | None = None
+    attn_mask: np.ndarray | None = None  # (B or 1, H or 1, Tq, Tk), True where a query sees a key
     page_size: int | None = None  # k and v reached it as page pools (spec.formula.page_pool)
 
     @property
@@ -67,10 +69,18 @@ class Call:
     @classmethod
     def of(cls, q, k, v, *, dtype: str, causal=True, scale=None, **variant) -> Call:
         (batch, heads, tq, head_dim), (_, kv_heads, tk, _) = q.shape, k.shape
-        options = {name: tuple(value) if isinstance(value, list | tuple | np.ndarray) else value
+        # per-item numbers as tuples; a mask (spec.masks) stays an array
+        options = {name: tuple(value) if isinstance(value, list | tuple)
+                   or (isinstance(value, np.ndarray) and value.ndim == 1) else value
                    for name, value in variant.items()}  # fmt: skip
         return cls(batch, heads, kv_heads, tq, tk, head_dim, v.shape[-1], dtype, causal, scale,
                    **options)  # fmt: skip
+
+    @property
+    def mask_options(self) -> dict:
+        """The keywords that say which keys each query sees (spec.masks), ``causal`` with them."""
+        return {name: getattr(self, name) for name in MASK_KEYWORDS
+                if getattr(self, name, None) is not None}  # fmt: skip
 
     @property
     def resolved_scale(self) -> float:
@@ -147,24 +157,36 @@ def visible_keys_of(
     window: int | None = None,
     window_from_row: bool = False,
     lengths_seen: bool = True,
+    chunk_reach: int = 0,
+    chunk_from_row: bool = False,
 ) -> np.ndarray:
-    """(B or 1, 1, Tq, Tk) True where query row i sees key j: the formula's mask (as
-    :func:`spec.formula.visible_keys`) with one switch changed. ``aligned`` places row i at
-    i + L_b - Tq ("bottom-right"), at i ("top-left") or at i + Tk - Tq ("padded": the key
-    lengths ignored); ``reach`` lets it see that many keys further (-1: not itself);
-    ``window_from_row`` measures the window from i instead of the position."""
-    lengths = np.asarray(call.key_lengths or (call.tk,), np.int64)[:, None, None]  # (B, 1, 1)
-    keys = np.arange(call.tk)[None, None, :]  # (1, 1, Tk)
-    rows = np.arange(call.tq)[None, :, None]  # (1, Tq, 1)
-    offset = {"bottom-right": lengths - call.tq, "top-left": 0, "padded": call.tk - call.tq}
-    positions = rows + offset[aligned]  # (B or 1, Tq, 1)
-    visible = keys < lengths if lengths_seen else np.ones_like(keys, dtype=bool)
-    if call.causal:
-        visible = visible & (keys <= positions + reach)
-    window = call.window if window is None else window
+    """(B or 1, H or 1, Tq, Tk) True where query row i sees key j: the formula's mask
+    (spec.masks) with one switch changed. ``aligned`` places row i at i + L_b - Tq
+    ("bottom-right"), at i ("top-left") or at i + Tk - Tq ("padded": the key lengths ignored);
+    ``reach`` lets it see that many keys further (-1: not itself); ``window_from_row`` measures
+    the window from i instead of the position; ``lengths_seen=False`` reads the padding; a chunk
+    starts ``chunk_reach`` keys early, or is cut at the row index (``chunk_from_row``)."""
+    options = call.mask_options
     if window is not None:
-        visible = visible & (keys >= (rows if window_from_row else positions) - window)
-    return visible[:, None]  # (B or 1, 1, Tq, Tk)
+        options["window"] = window
+    batch, heads = extent_of(options)
+    grid = Grid.over(batch, heads, call.tq, call.tk, key_lengths=call.key_lengths)
+    offset = {"bottom-right": grid.length - call.tq, "top-left": 0, "padded": call.tk - call.tq}
+    grid = replace(grid, position=grid.row + offset[aligned])
+    instead: dict = {}
+    if reach and call.causal:
+        instead["causal"] = lambda g, o: g.key <= g.position + reach
+    if window_from_row and "window" in options:
+        instead["window"] = lambda g, o: g.key >= g.row - o["window"]
+    if not lengths_seen:
+        instead["key_lengths"] = None
+    if (chunk_reach or chunk_from_row) and "chunk" in options:
+        # under the causal mask a chunk is the keys from its start on
+        instead["chunk"] = lambda g, o: (
+            g.key
+            >= ((g.row if chunk_from_row else g.position) // o["chunk"] * o["chunk"] - chunk_reach)
+        )
+    return visible(grid, options, instead=instead)
 
 
 def attend_with(
@@ -1018,10 +1040,7 @@ def attend_modified(
         scores = scores + scores.dtype.type(alibi_sign) * slopes * distance[:, None].astype(
             scores.dtype
         )
-    visible = visible_keys_of(call)
-    if call.chunk is not None:
-        start = (rows if chunk_from_row else positions) // call.chunk * call.chunk
-        visible = visible & (keys >= start - chunk_reach)[:, None]
+    visible = visible_keys_of(call, chunk_reach=chunk_reach, chunk_from_row=chunk_from_row)
     scores = np.where(visible, scores, -np.inf)
     if cap is not None and cap_after_mask:
         scores = cap * np.tanh(scores / cap)

@@ -104,10 +104,11 @@ def assert_no_gradient_where_none_flows(subject, case: Case, grads: dict, findin
     __tracebackhide__ = True
     read, blind = keys_read_and_blind_rows(case.tq, case.tk, causal=case.causal,
                                            **case.formula_variant)  # fmt: skip
+    unread = ~read_by_kv_heads(read, case.key_value_heads)  # (B or 1, Hkv or 1, Tk)
     where = {
-        "dk": (grads["k"], ~read[:, None, :], "keys that no row reads"),  # (B or 1, 1, Tk)
-        "dv": (grads["v"], ~read[:, None, :], "keys that no row reads"),
-        "dq": (grads["q"], blind[:, None, :], "rows that see no key"),  # (B or 1, 1, Tq)
+        "dk": (grads["k"], unread, "keys that no row reads"),
+        "dv": (grads["v"], unread, "keys that no row reads"),
+        "dq": (grads["q"], blind, "rows that see no key"),  # (B or 1, H or 1, Tq)
     }
     for name, (grad, none_flows, what) in where.items():
         there = grad[np.broadcast_to(none_flows, grad.shape[:-1])]
@@ -123,6 +124,16 @@ def assert_no_gradient_where_none_flows(subject, case: Case, grads: dict, findin
                     finding,
                 ),
             )
+
+
+def read_by_kv_heads(read: np.ndarray, kv_heads: int) -> np.ndarray:
+    """Which keys each key/value head's group of query heads reads, from which keys each query
+    head reads, (B or 1, H or 1, Tk): a key of head h' is read where any head of its group
+    reads it."""
+    heads = read.shape[1]
+    if heads == 1:
+        return read
+    return read.reshape(read.shape[0], kv_heads, heads // kv_heads, -1).any(axis=2)
 
 
 def undefined_gradient(subject, case: Case) -> str | None:

@@ -21,6 +21,7 @@ from conformance.run.worker_clients import ImplementationBroke, ImplementationCl
 from spec.dtypes import round_to
 from spec.features import FEATURES, Feature
 from spec.formula import causal_mask
+from spec.masks import HeldMask
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Case:
     alibi_slopes: tuple[float, ...] | None = None  # one per query head
     sinks: tuple[float, ...] | None = None  # one per query head
     chunk: int | None = None
+    attn_mask: HeldMask | None = None  # the call gets its array
     return_lse: bool | None = None  # Subject.call_with_lse sets it
     page_size: int | None = None  # the worker lays k and v out as page pools of this size
     layout: str = "contiguous"  # how the worker lays the inputs out (impls.capabilities.LAYOUTS)
@@ -88,7 +90,16 @@ class Case:
 
     @property
     def variant(self) -> dict:
-        """The features' keyword arguments this case sets (none for the document's cases)."""
+        """The features' keyword arguments this case sets (none for the document's cases), a
+        held mask as its array."""
+        return {
+            name: value.array if isinstance(value, HeldMask) else value
+            for name, value in self.shown_variant.items()
+        }
+
+    @property
+    def shown_variant(self) -> dict:
+        """:attr:`variant` as reports show it: a mask by what it is, not its bits."""
         return {
             keyword: getattr(self, keyword)
             for feature in FEATURES
@@ -126,7 +137,7 @@ class Case:
             f" {name}={value}"
             for name, value, default in (
                 ("Hkv", self.key_value_heads, self.heads),
-                *((name, value, None) for name, value in self.variant.items()),
+                *((name, value, None) for name, value in self.shown_variant.items()),
                 ("layout", self.layout, "contiguous"),
                 ("fp8", self.fp8_format, None),
                 ("scales", self.fp8_convention, None),
@@ -142,7 +153,7 @@ class Case:
         )
 
     def call_signature(self) -> str:
-        variant = "".join(f", {name}={value}" for name, value in self.variant.items())
+        variant = "".join(f", {name}={value}" for name, value in self.shown_variant.items())
         return f"attention(causal={self.causal}, scale={self.scale}{variant})"
 
 

@@ -84,7 +84,10 @@ class TruthCache:
 
     def path_of(self, kind: str, inputs: str, params: dict) -> Path:
         """Where the entry of ``kind`` for these inputs and parameters lies."""
-        key = f"{FORMULA_DIGEST} {kind} {inputs} {sorted(params.items())!r}"
+        # An array among the parameters (a mask) is named by its digest: its repr elides.
+        named = {name: inputs_digest(value) if isinstance(value, np.ndarray) else value
+                 for name, value in params.items()}  # fmt: skip
+        key = f"{FORMULA_DIGEST} {kind} {inputs} {sorted(named.items())!r}"
         return self.directory / f"{self._mac(key.encode()).hex()}.npy"
 
     def _mac(self, data: bytes) -> bytes:

@@ -1,0 +1,273 @@
+"""Which keys a query sees: each kind of mask declared once, as a predicate.
+
+A kind is the keywords of a call that turn it on, and one vectorised predicate over a
+:class:`Grid` of (batch item, query head, query row, key) indices, True where the query may see
+the key, as FlexAttention's ``mask_mod(b, h, q_idx, kv_idx)``. The kinds a call turns on are
+composed by intersection. Everything that asks which keys a row sees - the float64 truth and its
+backward's zeros, the log-sum-exp, the mistakes' variants (which swap one predicate for its
+wrong twin), the tiles a flash kernel skips - asks :func:`visible`: a new kind is its entry in
+:data:`MASK_KINDS`, its check of the call's inputs, and its feature (spec.features).
+
+The predicates use nothing but comparisons, ``&``, ``//`` and indexing, so they run on NumPy
+arrays and on any array library's tensors alike (impls.torch_arrays builds its masks from them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The indices a predicate is asked at, each broadcastable against the others to
+    (B, H, Tq, Tk): ``batch`` (B, 1, 1, 1), ``head`` (1, H, 1, 1), ``row`` (1, 1, Tq, 1),
+    ``key`` (1, 1, 1, Tk); ``position`` (B or 1, 1, Tq, 1) is the absolute position of each
+    query row, row + L_b - Tq (bottom-right aligned, L_b = Tk without key lengths), and
+    ``length`` (B or 1, 1, 1, 1) each item's keys, L_b."""
+
+    batch: Any
+    head: Any
+    row: Any
+    key: Any
+    position: Any
+    length: Any
+
+    @classmethod
+    def over(cls, batch: int, heads: int, tq: int, tk: int, *, key_lengths=None,
+             arange=np.arange, asarray=np.asarray) -> Grid:  # fmt: skip
+        """The grid of a call: ``arange`` and ``asarray`` are its array library's (a torch
+        call's on its device)."""
+        lengths = asarray([tk] if key_lengths is None else [int(n) for n in key_lengths])
+        length = lengths.reshape(-1, 1, 1, 1)
+        row = arange(tq).reshape(1, 1, -1, 1)
+        return cls(
+            batch=arange(batch).reshape(-1, 1, 1, 1),
+            head=arange(heads).reshape(1, -1, 1, 1),
+            row=row,
+            key=arange(tk).reshape(1, 1, 1, -1),
+            position=row + (length - tq),
+            length=length,
+        )
+
+    def tile(self, rows, keys) -> Grid:
+        """The same grid cut to a tile of query rows and keys (slices), for a kernel that asks
+        block by block."""
+        return replace(self, row=self.row[:, :, rows], key=self.key[..., keys],
+                       position=self.position[:, :, rows])  # fmt: skip
+
+
+Predicate = Callable[[Grid, dict], Any]
+
+
+@dataclass(frozen=True)
+class MaskKind:
+    name: str
+    # the call's keywords the kind reads; it is on where one of them is given (not None)
+    keywords: tuple[str, ...]
+    sees: Predicate  # True where the query may see the key
+    # the (batch items, heads) the kind's inputs hold, where they hold more than one (a mask
+    # per item or per head): the grid it is asked on spans them
+    extent: Callable[[dict], tuple[int, int]] = lambda options: (1, 1)
+    on: Callable[[dict], bool] | None = None  # when "a keyword is given" is not the rule
+    # what is wrong with the call's inputs for the kind, in words, or None: given the options
+    # and the call's (B, Hq, Tq, Tk); impls.validation raises it
+    problem: Callable[[dict, tuple[int, int, int, int]], str | None] = lambda options, shape: None
+
+    def applies(self, options: dict) -> bool:
+        if self.on is not None:
+            return self.on(options)
+        return any(options.get(keyword) is not None for keyword in self.keywords)
+
+
+def as_four_dims(mask):
+    """A mask broadcastable to (B, H, Tq, Tk) given with fewer dims, as (1, .., Tq, Tk)."""
+    return mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape)) if mask.ndim < 4 else mask
+
+
+def _is_integer(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | np.integer)
+
+
+def _causal_bound(name: str, least: int, what: str):
+    def problem(options, shape):
+        value = options[name]
+        if not _is_integer(value) or value < least:
+            return f"{name}={value!r}, but should be an integer >= {least} or None"
+        if not options.get("causal"):
+            return f"{name}={value} with causal=False: {what}"
+        return None
+
+    return problem
+
+
+def _custom_mask_problem(options, shape) -> str | None:
+    mask = options["attn_mask"]
+    if not (hasattr(mask, "shape") and hasattr(mask, "dtype")):
+        return f"attn_mask is a {type(mask).__name__}, but should be a boolean array"
+    if "bool" not in str(mask.dtype):
+        return (
+            f"attn_mask has dtype {mask.dtype}, but should be boolean: True where a query may see "
+            "a key (an additive float mask is not this keyword)"
+        )
+    given = tuple(mask.shape)
+    if not 2 <= len(given) <= 4 or any(
+        n not in (1, full) for n, full in zip(given[::-1], shape[::-1], strict=False)
+    ):
+        return (
+            f"attn_mask has shape {given}, but should broadcast to (B, H, Tq, Tk) = {shape}: "
+            "(Tq, Tk), (B or 1, Tq, Tk) or (B or 1, H or 1, Tq, Tk)"
+        )
+    for keyword, what in (
+        ("cu_seqlens_q", "packed sequences"),
+        ("query_lengths", "padded query rows"),
+        ("block_table", "a paged cache"),
+    ):
+        if options.get(keyword) is not None:
+            return (
+                f"attn_mask with {what} ({keyword}): the contract defines a mask over a dense "
+                "call's (B, H, Tq, Tk), with key lengths or without"
+            )
+    return None
+
+
+def _custom_mask_sees(grid: Grid, options: dict):
+    mask = as_four_dims(options["attn_mask"])
+    # A dim of 1 broadcasts: index 0 there, whatever the grid's index.
+    return mask[
+        grid.batch * (mask.shape[0] != 1),
+        grid.head * (mask.shape[1] != 1),
+        grid.row * (mask.shape[2] != 1),
+        grid.key * (mask.shape[3] != 1),
+    ]
+
+
+MASK_KINDS: tuple[MaskKind, ...] = (
+    # The document's: row i sees the keys up to its position.
+    MaskKind(
+        "causal", ("causal",), lambda g, o: g.key <= g.position, on=lambda o: bool(o.get("causal"))
+    ),
+    # Item b's padding past its L_b keys is never seen; its rows sit at i + L_b - Tq (the Grid).
+    MaskKind(
+        "key_lengths",
+        ("key_lengths",),
+        lambda g, o: g.key < g.length,
+        extent=lambda o: (len(o["key_lengths"]), 1),
+    ),
+    MaskKind(
+        "window",
+        ("window",),
+        lambda g, o: g.key >= g.position - o["window"],
+        problem=_causal_bound("window", 0, "the window is a left window of causal attention"),
+    ),
+    MaskKind(
+        "chunk",
+        ("chunk",),
+        lambda g, o: g.key // o["chunk"] == g.position // o["chunk"],
+        problem=_causal_bound("chunk", 1, "chunked attention is causal within each chunk"),
+    ),
+    MaskKind(
+        "attn_mask",
+        ("attn_mask",),
+        _custom_mask_sees,
+        extent=lambda o: tuple(as_four_dims(o["attn_mask"]).shape[:2]),
+        problem=_custom_mask_problem,
+    ),
+)
+MASK_KEYWORDS = tuple(keyword for kind in MASK_KINDS for keyword in kind.keywords)
+
+
+def mask_options(options: dict) -> dict:
+    """The keywords of a call's options that say which keys it sees (``causal`` included)."""
+    return {name: options[name] for name in MASK_KEYWORDS if options.get(name) is not None}
+
+
+def only_mask_options(options: dict) -> dict:
+    """``options``, all of which must say which keys a call sees: another keyword is refused by
+    name rather than dropped."""
+    unknown = sorted(name for name in options if name not in MASK_KEYWORDS)
+    if unknown:
+        raise TypeError(f"{', '.join(unknown)} do not say which keys a query sees; the mask "
+                        f"keywords are {', '.join(MASK_KEYWORDS)}")  # fmt: skip
+    return mask_options(options)
+
+
+def cut_to_item(options: dict, item: int, rows: slice, keys: slice) -> dict:
+    """``options`` for batch item ``item``'s query rows ``rows`` and keys ``keys`` alone, as a
+    call of its own (a batch of one): a mask given per item, row or key is cut to them."""
+    mask = options.get("attn_mask")
+    if mask is None:
+        return options
+    mask = as_four_dims(mask)
+    items = slice(item, item + 1) if mask.shape[0] != 1 else slice(None)
+    rows = rows if mask.shape[2] != 1 else slice(None)
+    keys = keys if mask.shape[3] != 1 else slice(None)
+    return {**options, "attn_mask": mask[items, :, rows, keys]}
+
+
+def problems(options: dict, shape: tuple[int, int, int, int]) -> list[str]:
+    """What is wrong with a call's mask keywords, each kind's words; empty where nothing is."""
+    found = (kind.problem(options, shape) for kind in MASK_KINDS if kind.applies(options))
+    return [problem for problem in found if problem is not None]
+
+
+def extent_of(options: dict, batch: int = 1, heads: int = 1) -> tuple[int, int]:
+    for kind in MASK_KINDS:
+        if kind.applies(options):
+            items, kind_heads = kind.extent(options)
+            batch, heads = max(batch, items), max(heads, kind_heads)
+    return batch, heads
+
+
+def visible(grid: Grid, options: dict, *, instead: dict[str, Predicate | None] | None = None):
+    """True where the query may see the key, over ``grid``: the intersection of the predicates of
+    the kinds ``options`` turn on. ``instead`` swaps a kind's predicate for another by name (a
+    mistake's wrong twin; None leaves the kind out)."""
+    instead = instead or {}
+    seen = grid.key >= 0  # every key, shaped as the grid's keys
+    for kind in MASK_KINDS:
+        if kind.name in instead:
+            predicate = instead[kind.name]
+        else:
+            predicate = kind.sees if kind.applies(options) else None
+        if predicate is not None:
+            seen = seen & predicate(grid, options)
+    return seen
+
+
+def visible_keys(tq: int, tk: int, *, causal: bool = True, **options) -> np.ndarray:
+    """Boolean (B or 1, H or 1, Tq, Tk), True where query row i of batch item b and head h sees
+    key j: the document's causal mask (bottom-right aligned) intersected with the extensions'
+    kinds the options turn on."""
+    options = {**options, "causal": causal}
+    batch, heads = extent_of(options)
+    grid = Grid.over(batch, heads, tq, tk, key_lengths=options.get("key_lengths"))
+    seen = visible(grid, options)
+    return np.broadcast_to(seen, np.broadcast_shapes(seen.shape, (1, 1, tq, tk)))
+
+
+@dataclass(frozen=True)
+class HeldMask:
+    """A boolean mask held as a value (a test's case is frozen and hashable, an array is
+    neither): what it is in words, for reports, and its bits. ``array`` gives it back."""
+
+    what: str
+    shape: tuple[int, ...]
+    bits: bytes
+
+    @classmethod
+    def of(cls, what: str, array) -> HeldMask:
+        array = np.asarray(array, bool)
+        return cls(what, tuple(array.shape), np.packbits(array, axis=None).tobytes())
+
+    @property
+    def array(self) -> np.ndarray:
+        count = int(np.prod(self.shape))
+        bits = np.unpackbits(np.frombuffer(self.bits, np.uint8), count=count)
+        return bits.astype(bool).reshape(self.shape)
+
+    def __str__(self) -> str:
+        return f"<{self.what}, {'x'.join(map(str, self.shape))}>"
