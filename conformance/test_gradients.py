@@ -14,6 +14,7 @@ import pytest
 from conformance.judge.assertions import fail
 from conformance.judge.gradients import assert_backward_of, backward
 from conformance.judge.harness import Case
+from conformance.judge.mask_draws import MaskDraw
 from conformance.test_modifiers import SINKS, SLOPES
 from spec.dtypes import round_to
 
@@ -89,6 +90,30 @@ BACKWARD_CASES = [
         id="lse-sinks-window",
     ),
     row("GRAD-CHUNKED", Case(heads=2, tq=70, head_dim=16, chunk=32), id="chunk-32"),
+    row(
+        "GRAD-CUSTOM-MASK",
+        Case(
+            batch=2,
+            heads=2,
+            tq=70,
+            head_dim=16,
+            attn_mask=MaskDraw(0.3, per_head=True, blind_rows=3, hidden_keys=5, seed=21),
+        ),
+        id="custom-mask",
+    ),
+    row(
+        "GRAD-CUSTOM-MASK",
+        Case(
+            heads=4,
+            kv_heads=2,
+            tq=9,
+            tk=80,
+            head_dim=16,
+            causal=False,
+            attn_mask=MaskDraw(0.1, per_head=True, seed=22),
+        ),
+        id="custom-mask-grouped-sparse",
+    ),
 ]
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from conformance.judge.assertions import (
+    assert_empty_rows,
     assert_identical,
     assert_matches_oracle,
     assert_within_budget,
@@ -192,17 +193,6 @@ EMPTY_CASES = [
     Case(batch=2, heads=2, tq=5, tk=20, head_dim=16, key_lengths=(0, 20)),
 ]
 EMPTY_IDS = ["decode", "prefill"]
-
-
-def assert_empty_rows(subject, case: Case, what: str, rows: np.ndarray) -> None:
-    """``rows`` (of query rows that see no key) hold what the implementation declares."""
-    __tracebackhide__ = True
-    convention = subject.client.capabilities.empty_rows
-    expected = np.zeros_like(rows) if convention == "zeros" else np.full_like(rows, np.nan)
-    # Bit for bit against a constant: a row with no key computes nothing to round.
-    assert_identical(
-        subject, case, f"{what} (it declares empty_rows={convention!r})", rows, expected
-    )
 
 
 @pytest.mark.claim("EMPTY-KV")

@@ -250,6 +250,7 @@ def tiled_backward(q, k, v, grad_out, *, causal, scale, grad_lse=None, window=No
                                     with_lse=True, sinks=sinks, **modifiers)  # fmt: skip
     lse_with_sink = lse if sinks is None else np.logaddexp(lse, np.asarray(sinks, dtype)[:, None])
     seen = np.isfinite(lse_with_sink)  # (B, H, Tq)
+    out = np.where(seen[..., None], out, 0)  # a row that sees no key: 0 / 0 left there
     shift = np.where(seen, lse_with_sink, dtype.type(0))[..., None]  # (B, H, Tq, 1)
     share = np.where(seen, lse - lse_with_sink, -np.inf)[..., None]  # log of 1 - p_sink
     row_dot = (grad_out * out).sum(axis=-1, keepdims=True)  # rowsum(dO * O), (B, H, Tq, 1)

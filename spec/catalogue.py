@@ -38,6 +38,7 @@ GROUPS = (
     "contract",
     "heads",
     "window",
+    "custom masks",
     "padding",
     "layout",
     "memory",

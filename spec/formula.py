@@ -82,7 +82,8 @@ def softmax(scores: np.ndarray, sinks=None) -> np.ndarray:
         sink = np.asarray(sinks, scores.dtype)[:, None, None]  # (H, 1, 1)
         top = np.maximum(top, sink)
     # Subtracting the row maximum leaves the softmax unchanged and keeps exp() from overflowing.
-    weights = scores - top
+    with np.errstate(invalid="ignore"):  # -inf - -inf: a row that sees no key, NaN as said
+        weights = scores - top
     # In place, the same values: on large scores a fresh array for exp() and another for the
     # division cost more than the arithmetic (ANDREA's twelve heads: several times slower).
     np.exp(weights, out=weights)

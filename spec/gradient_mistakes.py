@@ -107,7 +107,8 @@ def recomputed_backward(
     with np.errstate(invalid="ignore", over="ignore"):
         weights = np.where(seen, np.exp(scores - np.where(seen, forward_lse[..., None], 0.0)), 0.0)
     _, capped = backward_weights(call.q, call.k, **changed)
-    out = reference_attention(call.q, call.k, call.v, sinks=sinks, **options)  # the saved O
+    with np.errstate(invalid="ignore"):  # the saved O; a row that sees no key saved 0
+        out = np.where(seen, reference_attention(call.q, call.k, call.v, sinks=sinks, **options), 0)
     return backward_steps(
         weights, call.q, repeat_kv_heads(call.q, call.k), call.grad_out, k=call.k, v=call.v,
         scale=resolve_scale(call.get("scale"), call.q.shape[-1]), capped=capped,
@@ -195,6 +196,17 @@ def _window_not_causal(call: GradientCall):
     positions = np.arange(tq)[:, None] + tk - tq  # (Tq, 1), bottom-right aligned
     ahead = np.arange(tk)[None, :] - positions > call.get("window")  # (Tq, Tk)
     return recomputed_backward(call, hidden=ahead, causal=False)
+
+
+@gradient_mistake(
+    "grad-custom-mask-ignored",
+    "the backward's P recomputed without the attn_mask: keys the forward hid get gradients",
+    "the mask passed to the forward kernel and not to the backward's (FlexAttention's block "
+    "mask built for the forward alone)",
+    lambda call: call.get("attn_mask") is not None and not call.packed,
+)
+def _custom_mask_ignored(call: GradientCall):
+    return recomputed_backward(call, attn_mask=None)
 
 
 @gradient_mistake(

@@ -134,7 +134,7 @@ def _custom_mask_problem(options, shape) -> str | None:
     return None
 
 
-def _custom_mask_sees(grid: Grid, options: dict):
+def custom_mask_sees(grid: Grid, options: dict):
     mask = as_four_dims(options["attn_mask"])
     # A dim of 1 broadcasts: index 0 there, whatever the grid's index.
     return mask[
@@ -172,7 +172,7 @@ MASK_KINDS: tuple[MaskKind, ...] = (
     MaskKind(
         "attn_mask",
         ("attn_mask",),
-        _custom_mask_sees,
+        custom_mask_sees,
         extent=lambda o: tuple(as_four_dims(o["attn_mask"]).shape[:2]),
         problem=_custom_mask_problem,
     ),
@@ -247,27 +247,3 @@ def visible_keys(tq: int, tk: int, *, causal: bool = True, **options) -> np.ndar
     grid = Grid.over(batch, heads, tq, tk, key_lengths=options.get("key_lengths"))
     seen = visible(grid, options)
     return np.broadcast_to(seen, np.broadcast_shapes(seen.shape, (1, 1, tq, tk)))
-
-
-@dataclass(frozen=True)
-class HeldMask:
-    """A boolean mask held as a value (a test's case is frozen and hashable, an array is
-    neither): what it is in words, for reports, and its bits. ``array`` gives it back."""
-
-    what: str
-    shape: tuple[int, ...]
-    bits: bytes
-
-    @classmethod
-    def of(cls, what: str, array) -> HeldMask:
-        array = np.asarray(array, bool)
-        return cls(what, tuple(array.shape), np.packbits(array, axis=None).tobytes())
-
-    @property
-    def array(self) -> np.ndarray:
-        count = int(np.prod(self.shape))
-        bits = np.unpackbits(np.frombuffer(self.bits, np.uint8), count=count)
-        return bits.astype(bool).reshape(self.shape)
-
-    def __str__(self) -> str:
-        return f"<{self.what}, {'x'.join(map(str, self.shape))}>"

@@ -29,7 +29,7 @@ from spec.formula import (
     softmax,
     unread_padding_zeroed,
 )
-from spec.masks import MASK_KEYWORDS, Grid, extent_of, visible
+from spec.masks import MASK_KEYWORDS, Grid, custom_mask_sees, extent_of, visible
 
 TILE_SIZES = (32, 64, 128)  # the key tiles of the tiling mistakes: the widths kernels use
 
@@ -159,13 +159,15 @@ def visible_keys_of(
     lengths_seen: bool = True,
     chunk_reach: int = 0,
     chunk_from_row: bool = False,
+    instead: dict | None = None,
 ) -> np.ndarray:
     """(B or 1, H or 1, Tq, Tk) True where query row i sees key j: the formula's mask
     (spec.masks) with one switch changed. ``aligned`` places row i at i + L_b - Tq
     ("bottom-right"), at i ("top-left") or at i + Tk - Tq ("padded": the key lengths ignored);
     ``reach`` lets it see that many keys further (-1: not itself); ``window_from_row`` measures
     the window from i instead of the position; ``lengths_seen=False`` reads the padding; a chunk
-    starts ``chunk_reach`` keys early, or is cut at the row index (``chunk_from_row``)."""
+    starts ``chunk_reach`` keys early, or is cut at the row index (``chunk_from_row``);
+    ``instead`` swaps any kind's predicate by name (spec.masks.visible)."""
     options = call.mask_options
     if window is not None:
         options["window"] = window
@@ -173,7 +175,7 @@ def visible_keys_of(
     grid = Grid.over(batch, heads, call.tq, call.tk, key_lengths=call.key_lengths)
     offset = {"bottom-right": grid.length - call.tq, "top-left": 0, "padded": call.tk - call.tq}
     grid = replace(grid, position=grid.row + offset[aligned])
-    instead: dict = {}
+    instead = dict(instead or {})
     if reach and call.causal:
         instead["causal"] = lambda g, o: g.key <= g.position + reach
     if window_from_row and "window" in options:
@@ -748,6 +750,65 @@ def _window_rows(q, k, v, call):
     return attend_with(q, k, v, call, visible=visible_keys_of(call, window_from_row=True))
 
 
+# Custom masks
+
+
+def _custom_mask_spans(call: Call, axis: int) -> bool:
+    """Whether the call's mask differs along items (axis 0) or heads (axis 1)."""
+    if call.attn_mask is None or call.attn_mask.ndim < 4 or call.attn_mask.shape[axis] < 2:
+        return False
+    first = np.take(call.attn_mask, [0], axis=axis)
+    return not np.array_equal(np.broadcast_to(first, call.attn_mask.shape), call.attn_mask)
+
+
+def _custom_mask_of_first(axis: str):
+    """The custom mask's predicate asked at item 0 (or head 0) whatever the grid's."""
+    return lambda g, o: custom_mask_sees(replace(g, **{axis: g.batch * 0 if axis == "batch"
+                                                       else g.head * 0}), o)  # fmt: skip
+
+
+@mistake(
+    "custom-mask-ignored",
+    "the attn_mask accepted but never applied: each row sees every key the causal mask leaves",
+    "a mask argument dropped on one path of the kernel (SGLang PR #20278: EAGLE's tree mask)",
+    lambda call: call.attn_mask is not None and not call.attn_mask.all(),
+)
+def _custom_mask_ignored(q, k, v, call):
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"attn_mask": None}))
+
+
+@mistake(
+    "custom-mask-of-item-0",
+    "every batch item read with item 0's mask",
+    "a mask pointer not advanced by the batch stride, or a mask buffer kept from the first item",
+    lambda call: _custom_mask_spans(call, 0),
+)
+def _custom_mask_item_0(q, k, v, call):
+    twin = _custom_mask_of_first("batch")
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"attn_mask": twin}))
+
+
+@mistake(
+    "custom-mask-of-head-0",
+    "every query head read with head 0's mask",
+    "a per-head mask broadcast from its first head, or indexed by the key/value head",
+    lambda call: _custom_mask_spans(call, 1),
+)
+def _custom_mask_head_0(q, k, v, call):
+    twin = _custom_mask_of_first("head")
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"attn_mask": twin}))
+
+
+@mistake(
+    "custom-mask-without-causal",
+    "the attn_mask applied instead of the causal mask, not with it: masked rows see the future",
+    "PyTorch's SDPA takes attn_mask or is_causal, not both; a kernel passing the mask alone",
+    lambda call: call.causal and call.attn_mask is not None and call.tq > 1,
+)
+def _custom_mask_without_causal(q, k, v, call):
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"causal": None}))
+
+
 # Padding and packing
 
 
@@ -1013,6 +1074,7 @@ def attend_modified(
     sink_minus_inf_as_zero: bool = False,
     chunk_reach: int = 0,
     chunk_from_row: bool = False,
+    instead: dict | None = None,
 ) -> np.ndarray:
     """The formula with the call's score modifiers, in float64, one switch changed: the softcap
     after the mask or before the scale, ALiBi's bias with the other sign or measured from the row

@@ -200,3 +200,14 @@ def assert_matches_oracle(
     )
     assert_within_budget(subject, case, what, comparison, finding)
     return comparison
+
+
+def assert_empty_rows(subject, case: Case, what: str, rows: np.ndarray) -> None:
+    """``rows`` (of query rows that see no key) hold what the implementation declares."""
+    __tracebackhide__ = True
+    convention = subject.client.capabilities.empty_rows
+    expected = np.zeros_like(rows) if convention == "zeros" else np.full_like(rows, np.nan)
+    # Bit for bit against a constant: a row with no key computes nothing to round.
+    assert_identical(
+        subject, case, f"{what} (it declares empty_rows={convention!r})", rows, expected
+    )

@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conformance.judge.mask_draws import MaskDraw
 from conformance.judge.regimes import regimes_of_call, regimes_of_merge
 from conformance.run.recording import TestNotes
 from conformance.run.worker_clients import ImplementationBroke, ImplementationClient
 from spec.dtypes import round_to
 from spec.features import FEATURES, Feature
 from spec.formula import causal_mask
-from spec.masks import HeldMask
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Case:
     alibi_slopes: tuple[float, ...] | None = None  # one per query head
     sinks: tuple[float, ...] | None = None  # one per query head
     chunk: int | None = None
-    attn_mask: HeldMask | None = None  # the call gets its array
+    attn_mask: MaskDraw | None = None  # the call gets the mask drawn for its shape
     return_lse: bool | None = None  # Subject.call_with_lse sets it
     page_size: int | None = None  # the worker lays k and v out as page pools of this size
     layout: str = "contiguous"  # how the worker lays the inputs out (impls.capabilities.LAYOUTS)
@@ -91,9 +91,11 @@ class Case:
     @property
     def variant(self) -> dict:
         """The features' keyword arguments this case sets (none for the document's cases), a
-        held mask as its array."""
+        mask as the array drawn for the case's shape."""
         return {
-            name: value.array if isinstance(value, HeldMask) else value
+            name: value.array(self.batch, self.heads, self.tq, self.tk)
+            if isinstance(value, MaskDraw)
+            else value
             for name, value in self.shown_variant.items()
         }
 

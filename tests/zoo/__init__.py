@@ -167,6 +167,7 @@ def load_members() -> dict[str, Member]:
         correct,
         extensions,
         fp8,
+        masks,
         modifiers,
         mutants,
         states,

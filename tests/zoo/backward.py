@@ -32,8 +32,8 @@ GRADIENT_CLAIMS = (
 )
 
 
-def scores_and_mask(q, k, *, causal, scale, window=None, key_lengths=None, chunk=None,
-                    softcap=None, alibi_slopes=None):  # fmt: skip
+def scores_and_mask(q, k, *, causal, scale, key_lengths=None, softcap=None, alibi_slopes=None,
+                    **mask):  # fmt: skip
     """(x, capped, visible): the modified scores (B, H, Tq, Tk) in q's dtype with -inf where
     hidden, the capped scores before the bias (for dtanh), and the mask."""
     k = np.repeat(k, q.shape[1] // k.shape[1], axis=1)  # (B, Hkv, T, D) -> (B, H, T, D)
@@ -45,9 +45,7 @@ def scores_and_mask(q, k, *, causal, scale, window=None, key_lengths=None, chunk
         distance = np.abs(query_positions(tq, tk, key_lengths) - np.arange(tk))  # (B, Tq, Tk)
         slopes = np.asarray(alibi_slopes, q.dtype)[:, None, None]  # (H, 1, 1)
         scores = scores - slopes * distance[:, None].astype(q.dtype)
-    visible = visible_keys(
-        tq, tk, causal=causal, window=window, key_lengths=key_lengths, chunk=chunk
-    )  # (B or 1, 1, Tq, Tk); fmt: skip
+    visible = visible_keys(tq, tk, causal=causal, key_lengths=key_lengths, **mask)
     return np.where(visible, scores, -np.inf), capped, visible
 
 
@@ -72,7 +70,8 @@ def forward(q, k, v, *, causal=True, scale=None, sinks=None, key_lengths=None, *
     scores, _, _ = scores_and_mask(q, k, causal=causal, scale=scale, key_lengths=key_lengths,
                                    **features)  # fmt: skip
     lse = log_sum_exp(scores, sinks)
-    weights = np.where(np.isfinite(lse)[..., None], np.exp(scores - lse[..., None]), 0)
+    with np.errstate(invalid="ignore"):  # a row that sees no key: -inf - -inf, set to 0
+        weights = np.where(np.isfinite(lse)[..., None], np.exp(scores - lse[..., None]), 0)
     v = np.repeat(v, q.shape[1] // v.shape[1], axis=1)
     if key_lengths is not None:  # padding's values never read, whatever they hold
         padding = np.arange(v.shape[-2])[None, :] >= np.asarray(key_lengths)[:, None]
@@ -94,8 +93,12 @@ def backward(q, k, v, grad_out, *, causal=True, scale=None, sinks=None, key_leng
     recomputed = scores
     if bug in ("window-wider", "window-not-causal") and window is None:
         bug = None  # no window, no bug
-    if bug in ("window-wider", "window-not-causal", "no-bias"):
+    if bug == "no-custom-mask" and features.get("attn_mask") is None:
+        bug = None
+    if bug in ("window-wider", "window-not-causal", "no-bias", "no-custom-mask"):
         changed = dict(features)
+        if bug == "no-custom-mask":
+            changed["attn_mask"] = None
         if bug == "window-wider":
             changed["window"] = window + 1
         if bug == "no-bias":
@@ -241,6 +244,14 @@ def backward_window_not_causal(q, k, v, *, causal=True, scale=None, window=None)
     """is_causal = causal and window is None: the backward of a windowed call masks the window on
     both sides of each row and not the future (meta-pytorch/MSLK PR #263)."""
     return forward(q, k, v, causal=causal, scale=scale, window=window)
+
+
+@mutant("backward", "GRAD-CUSTOM-MASK", mistake="grad-custom-mask-ignored")
+@with_backward(bug="no-custom-mask")
+def backward_without_the_custom_mask(q, k, v, *, causal=True, scale=None, attn_mask=None):
+    """The attn_mask applied in the forward and not in the backward: P recomputed from the lse
+    over every key the causal mask leaves, so hidden keys get dk and dv."""
+    return forward(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask)
 
 
 @mutant("backward", "GRAD-ALIBI", mistake="grad-bias-left-out")

@@ -1,0 +1,182 @@
+"""Extensions, custom masks: a boolean attn_mask, True where a query may see a key, intersected
+with the causal mask, a window and key lengths (MASK-CUSTOM, MASK-CUSTOM-INVARIANT,
+MASK-CUSTOM-AS-CAUSAL)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conformance.judge.assertions import (
+    assert_empty_rows,
+    assert_identical,
+    assert_matches_oracle,
+)
+from conformance.judge.harness import Case
+from conformance.judge.mask_draws import MaskDraw
+from conformance.judge.truth import CaseTruth
+from spec.masks import visible_keys
+
+CUSTOM_CASES = {
+    # a mask per item, causal and not: a kernel that reads item 0's mask for every item fails
+    "per-item": Case(batch=2, heads=2, tq=70, head_dim=16, attn_mask=MaskDraw(0.3, seed=1)),
+    "per-item non-causal": Case(
+        batch=2,
+        heads=2,
+        tq=40,
+        tk=70,
+        head_dim=16,
+        causal=False,
+        attn_mask=MaskDraw(0.5, seed=2),
+    ),
+    # a mask per head, over grouped heads: head h's mask is not its kv head's
+    "per-head grouped": Case(
+        batch=1,
+        heads=4,
+        kv_heads=2,
+        tq=64,
+        head_dim=16,
+        causal=False,
+        attn_mask=MaskDraw(0.2, per_item=False, per_head=True, seed=3),
+    ),
+    # nearly nothing seen: many rows see one key or none
+    "1%": Case(
+        batch=2,
+        heads=2,
+        tq=48,
+        tk=96,
+        head_dim=16,
+        causal=False,
+        attn_mask=MaskDraw(0.01, per_head=True, seed=4),
+    ),
+    "99%": Case(
+        batch=1, heads=2, tq=80, head_dim=16, attn_mask=MaskDraw(0.99, per_item=False, seed=5)
+    ),
+    # all true, without causal: plain non-causal attention
+    "all": Case(
+        batch=1,
+        heads=2,
+        tq=33,
+        tk=65,
+        head_dim=16,
+        causal=False,
+        attn_mask=MaskDraw(pattern="all", per_item=False),
+    ),
+    # rows that see nothing, in every item and head
+    "blind rows": Case(
+        batch=2, heads=2, tq=40, head_dim=16, attn_mask=MaskDraw(0.5, blind_rows=5, seed=6)
+    ),
+    # decoding: one query against a cache
+    "decode": Case(
+        batch=2, heads=2, tq=1, tk=90, head_dim=32, attn_mask=MaskDraw(0.4, per_head=True, seed=7)
+    ),
+    # with a window and with key lengths: the mask is intersected with them
+    "window Tq<Tk": Case(
+        batch=1, heads=2, tq=7, tk=48, head_dim=16, window=12, attn_mask=MaskDraw(0.6, seed=8)
+    ),
+    "key lengths": Case(
+        batch=2,
+        heads=2,
+        tq=5,
+        tk=90,
+        head_dim=16,
+        key_lengths=(90, 41),
+        attn_mask=MaskDraw(0.5, seed=9),
+    ),
+}
+
+
+def blind_rows_of(case: Case) -> np.ndarray:
+    """(B, H, Tq): the rows that see no key under the case's mask and the rest."""
+    seen = visible_keys(case.tq, case.tk, causal=case.causal, **case.formula_variant)
+    return np.broadcast_to(~seen.any(axis=-1), case.q_shape[:-1])
+
+
+@pytest.mark.claim("MASK-CUSTOM")
+@pytest.mark.parametrize("case", list(CUSTOM_CASES.values()), ids=list(CUSTOM_CASES))
+def test_each_row_sees_the_keys_its_mask_marks(subject, dtype, case):
+    # Fresh allocations read as NaN: rows left unwritten show, whatever the convention.
+    case = subject.fit(case.with_(dtype=dtype, poison_allocations=True))
+    q, k, v = subject.inputs(case, spread=1.5)
+    out = subject.call(case, q, k, v)
+    blind = blind_rows_of(case)
+    if not blind.any():
+        assert_matches_oracle(subject, case, out, q, k, v)
+        return
+    assert_empty_rows(subject, case, f"the {int(blind.sum())} rows that see no key", out[blind])
+    # The other rows against the truth, the blind ones set to 0 on both sides: what they hold
+    # is the convention's, held above.
+    truth = CaseTruth(q, k, v).attention(causal=case.causal, scale=case.scale,
+                                         **case.formula_variant)  # fmt: skip
+    assert_matches_oracle(
+        subject, case, np.where(blind[..., None], 0.0, out), q, k, v,
+        truth=np.where(blind[..., None], 0.0, truth), diagnosable=False,
+    )  # fmt: skip
+
+
+@pytest.mark.claim("MASK-CUSTOM-INVARIANT")
+@pytest.mark.parametrize(
+    "case",
+    [
+        Case(batch=2, heads=2, tq=70, head_dim=16, attn_mask=MaskDraw(0.5, hidden_keys=9, seed=11)),
+        Case(
+            batch=1,
+            heads=4,
+            kv_heads=2,
+            tq=40,
+            tk=100,
+            head_dim=16,
+            causal=False,
+            attn_mask=MaskDraw(0.3, per_head=True, hidden_keys=20, seed=12),
+        ),
+    ],
+    ids=["causal", "non-causal grouped"],
+)
+def test_keys_the_mask_hides_have_no_influence(subject, dtype, case):
+    case = subject.fit(case.with_(dtype=dtype))
+    q, k, v = subject.inputs(case)
+    mask = case.variant["attn_mask"]
+    hidden = ~mask.any(axis=(0, 1, 2))  # (Tk,): keys no row of any item or head sees
+    assert hidden.any(), f"{case.describe()} hides no key from every row"
+    clean = subject.call(case, q, k, v)
+    fresh = subject.inputs(case, spread=3.0)  # other finite values for the same places
+    changed_k, changed_v = k.copy(), v.copy()
+    changed_k[..., hidden, :] = fresh[1][..., hidden, :]
+    changed_v[..., hidden, :] = fresh[2][..., hidden, :]
+    # Bit for bit: the same shape and call, only keys no row reads changed.
+    assert_identical(
+        subject,
+        case,
+        f"out with the keys and values at the {int(hidden.sum())} keys the mask hides changed",
+        subject.call(case, q, changed_k, changed_v),
+        clean,
+    )
+
+
+@pytest.mark.claim("MASK-CUSTOM-AS-CAUSAL")
+@pytest.mark.parametrize(
+    "case",
+    [
+        Case(batch=2, heads=2, tq=70, head_dim=16),
+        Case(batch=1, heads=2, tq=9, tk=77, head_dim=32),  # chunked prefill: Tq < Tk
+    ],
+    ids=["prefill", "Tq<Tk"],
+)
+def test_the_causal_mask_given_as_a_mask_is_causal_attention(subject, dtype, case):
+    causal = subject.fit(case.with_(dtype=dtype))
+    as_mask = causal.with_(causal=False, attn_mask=MaskDraw(pattern="causal", per_item=False))
+    subject.require(as_mask)
+    q, k, v = subject.inputs(causal)
+    before = subject.call(causal, q, k, v)
+    # Judged against the causal call's truth: the two calls see the same keys.
+    assert_matches_oracle(
+        subject, as_mask, subject.call(as_mask, q, k, v), q, k, v,
+        truth=CaseTruth(q, k, v).attention(causal=True, scale=causal.scale),
+    )  # fmt: skip
+    assert_identical(
+        subject,
+        causal,
+        "out of the causal call after the masked call, against the same call before it",
+        subject.call(causal, q, k, v),
+        before,
+    )
