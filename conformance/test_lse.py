@@ -13,6 +13,7 @@ import pytest
 from conformance.judge.assertions import assert_matches_oracle, assert_within_budget
 from conformance.judge.diagnosis import diagnose_lse, diagnose_merge
 from conformance.judge.harness import Case, packed_rows
+from conformance.judge.mask_draws import MaskDraw
 from conformance.judge.tolerance import compare_lse, compare_merged
 from conformance.test_modifiers import SINKS, SLOPES
 from spec.dtypes import round_to
@@ -77,6 +78,9 @@ WITH_FEATURES = {
     "sinks": SHAPES["prefill"].with_(sinks=SINKS),
     "key_lengths": SHAPES["decode"].with_(batch=2, key_lengths=(90, 37)),
     "paged": SHAPES["decode"].with_(batch=2, key_lengths=(90, 37), page_size=16),
+    "custom mask": SHAPES["prefill"].with_(
+        attn_mask=MaskDraw(0.3, per_head=True, own_key=True, seed=31)
+    ),
     "softcap+sinks gqa window": SHAPES["prefill"].with_(
         kv_heads=2, window=40, softcap=2.0, sinks=SINKS
     ),

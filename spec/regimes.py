@@ -268,6 +268,46 @@ REGIMES: tuple[Regime, ...] = (
         "a window at least Tk (the window masks nothing)",
         "a window that wraps or clips at the buffer's start",
     ),
+    *(
+        Regime(f"custom-mask.{name}", "custom_mask", ("MASK-CUSTOM",), what, why)
+        for name, what, why in (
+            (
+                "per-item",
+                "a mask that differs between batch items",
+                "a mask pointer not advanced by the batch stride",
+            ),
+            (
+                "per-head",
+                "a mask that differs between query heads",
+                "a per-head mask read through the key/value head, or broadcast from head 0",
+            ),
+            (
+                "blind-rows",
+                "rows the mask leaves no key at all",
+                "0 / 0 in the softmax: NaN where the declared convention is zeros",
+            ),
+            (
+                "all",
+                "a mask of every key",
+                "an all-true mask taken as no mask and the causal mask dropped with it",
+            ),
+            (
+                "sparse",
+                "a mask of at most 5 % of the keys",
+                "tiles skipped wrongly where most of them hold no visible key",
+            ),
+            (
+                "dense",
+                "a mask of at least 95 % of the keys",
+                "a mask read as its complement hides almost everything: the error shows",
+            ),
+            (
+                "decode",
+                "one query row against a cache, under a mask",
+                "a decoding path that ignores the mask for its single row",
+            ),
+        )
+    ),
     Regime(
         "chunk.one",
         "chunked",

@@ -23,6 +23,8 @@ class MaskDraw:
     per_head: bool = False  # a mask per query head, else one shared (broadcast over H)
     blind_rows: int = 0  # rows that see no key at all, spread over the rows
     hidden_keys: int = 0  # keys no row sees, spread over the keys
+    # every row sees the key at its own position (or the last): no row is left without a key
+    own_key: bool = False
     pattern: str = "random"  # "causal": the causal mask itself; "all": every key
     seed: int = 0
 
@@ -42,6 +44,9 @@ class MaskDraw:
         else:
             rng = np.random.default_rng([self.seed, *shape])
             mask = rng.random(shape) < self.density
+        if self.own_key:
+            rows = np.arange(tq)
+            mask[..., rows, np.minimum(rows + tk - tq, tk - 1)] = True
         if self.blind_rows:
             mask[..., spread(tq, self.blind_rows), :] = False
         if self.hidden_keys:
@@ -55,6 +60,7 @@ class MaskDraw:
         spans = [w for w, on in (("per item", self.per_item), ("per head", self.per_head)) if on]
         extras = [f"{n} {w}" for n, w in ((self.blind_rows, "blind rows"),
                                          (self.hidden_keys, "hidden keys")) if n]  # fmt: skip
+        extras += ["each row's own key"] if self.own_key else []
         seed = [f"seed {self.seed}"] if self.pattern == "random" else []
         return f"<{', '.join([what, *spans, *extras, *seed])}>"
 

@@ -15,6 +15,7 @@ import numpy as np
 from conformance.judge.truth import inputs_digest
 from impls.capabilities import LAYOUTS
 from spec.formula import keys_read_and_blind_rows
+from spec.masks import as_four_dims
 from spec.regimes import FAR_ABOVE, FAR_BELOW, FAR_SCORES, LSE_NEAR_1000, SINK_FAR
 
 # Beyond this many scores a call's score regimes are not read: the suite's large cases are there
@@ -109,8 +110,30 @@ def _paging_regimes(case) -> set[str]:
     return drawn
 
 
+def _custom_mask_regimes(case) -> set[str]:
+    """Read off the mask the call is given."""
+    mask = as_four_dims(case.variant["attn_mask"])
+    first_item, first_head = mask[:1], mask[:, :1]
+    density = float(mask.mean())
+    return {
+        regime
+        for regime, holds in (
+            ("custom-mask.per-item", not np.array_equal(np.broadcast_to(first_item, mask.shape),
+                                                        mask)),
+            ("custom-mask.per-head", not np.array_equal(np.broadcast_to(first_head, mask.shape),
+                                                        mask)),
+            ("custom-mask.blind-rows", bool((~mask.any(axis=-1)).any())),
+            ("custom-mask.all", bool(mask.all())),
+            ("custom-mask.sparse", density <= 0.05),
+            ("custom-mask.dense", 0.95 <= density < 1.0),
+            ("custom-mask.decode", case.tq == 1),
+        )
+        if holds
+    }  # fmt: skip
+
+
 def _mask_regimes(case) -> set[str]:
-    drawn = set()
+    drawn = _custom_mask_regimes(case) if case.attn_mask is not None else set()
     if case.window is not None:
         drawn |= {
             regime
