@@ -88,7 +88,8 @@ CUSTOM_CASES = {
 
 def blind_rows_of(case: Case) -> np.ndarray:
     """(B, H, Tq): the rows that see no key under the case's mask and the rest."""
-    seen = visible_keys(case.tq, case.tk, causal=case.causal, **case.formula_variant)
+    seen = visible_keys(case.tq, case.tk, causal=case.causal, heads=case.heads,
+                        **case.formula_variant)  # fmt: skip
     return np.broadcast_to(~seen.any(axis=-1), case.q_shape[:-1])
 
 

@@ -128,6 +128,9 @@ SCORE_FEATURES = ("softcap", "alibi", "sinks", "chunked")
 # The features of 2026 beyond the score modifiers: the log-sum-exp and merged partial states, and
 # paged key/value caches.
 STATE_FEATURES = ("lse", "paged")
+# The features whose call carries which keys each row sees as an array (spec.masks): a custom
+# mask, the keys each row lists and how many of them count.
+LISTED_FEATURES = ("custom_mask", "sparse", "topk_length")
 
 
 def every_extension_but(*features: str) -> dict[str, Any]:

@@ -238,7 +238,8 @@ class NumpyArrays:
         mask = mask_options(options)
         if not mask and not causal:
             return out if lse is None else (out, lse)
-        seen = visible_keys(out.shape[-2], tk, causal=causal, **mask).any(axis=-1)
+        seen = visible_keys(out.shape[-2], tk, causal=causal, heads=out.shape[1], **mask)
+        seen = seen.any(axis=-1)
         blind = np.broadcast_to(~seen, out.shape[:-1])  # (B, H, Tq)
         if not blind.any():
             return out if lse is None else (out, lse)

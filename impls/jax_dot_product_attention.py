@@ -12,7 +12,12 @@ import functools
 
 import numpy as np
 
-from impls.capabilities import SCORE_FEATURES, STATE_FEATURES, every_extension_but
+from impls.capabilities import (
+    LISTED_FEATURES,
+    SCORE_FEATURES,
+    STATE_FEATURES,
+    every_extension_but,
+)
 from impls.contract import (
     RAISES_ON_ALL,
     Capabilities,
@@ -34,7 +39,8 @@ class JaxDotProductAttention(JaxArrays, Implementation):
         dtypes=("float32",),
         distinct_value_dim=False,
         conventions=RAISES_ON_ALL,
-        **every_extension_but(*SCORE_FEATURES, *STATE_FEATURES),
+        # jax.nn's mask leaves a row that sees nothing undefined: no listed masks
+        **every_extension_but(*SCORE_FEATURES, *STATE_FEATURES, *LISTED_FEATURES),
     )
 
     def attention(

@@ -40,7 +40,7 @@ from impls.contract import (
 from impls.fp8_calls import is_fp8_call
 from impls.numpy_fp8 import FP8_QUERY_DTYPES, flash3_attention
 from spec.formula import merge_states
-from spec.masks import Grid, cut_to_item, extent_of, visible
+from spec.masks import Grid, cut_to_item, extent_of, mask_options, prepared, visible
 
 BLOCK_M = 64  # query rows per block: 4 warps x 16 rows in the tensor-core kernel
 BLOCK_N = 64  # keys per tile streamed through shared memory
@@ -51,11 +51,13 @@ class MaskOfTiles:
     a block-sparse kernel asks: the tiles a query block visits are those in which some row of it
     sees a key."""
 
-    def __init__(self, tq: int, tk: int, *, causal: bool, **options):
-        self.options = {"causal": causal, **{k: v for k, v in options.items() if v is not None}}
+    def __init__(self, tq: int, tk: int, *, causal: bool, heads: int, **options):
+        self.options = prepared({"causal": causal, **mask_options(options)})
         self.tq, self.tk = tq, tk
-        self.grid = Grid.over(*extent_of(self.options), tq, tk)
+        self.grid = Grid.over(*extent_of(self.options, heads=heads), tq, tk)
         self.offset = tk - tq
+        # kinds whose inputs say which tiles hold a visible key: a tile none is in is skipped
+        self.sparse = any(name in self.options for name in ("attn_mask", "kv_indices"))
 
     def seen(self, block_start, block_stop, start, stop) -> np.ndarray:
         """(B or 1, H or 1, bm, bn): True where a row of the block sees a key of the tile."""
@@ -67,7 +69,7 @@ class MaskOfTiles:
         bounds = key_tiles(block_start, block_stop, self.tk, self.offset,
                            self.options["causal"], self.options.get("window"),
                            self.options.get("chunk"))  # fmt: skip
-        if "attn_mask" not in self.options:
+        if not self.sparse:
             return bounds
         return [(a, b) for a, b in bounds if self.seen(block_start, block_stop, a, b).any()]
 
@@ -171,8 +173,8 @@ def attention_over_tiles(
     softcap: float | None = None,
     alibi_slopes=None,
     sinks=None,
-    attn_mask=None,
     rounded_weights=None,
+    **masks,
 ):
     """:func:`tiled_attention` over the keys of a :class:`DenseKeys` or :class:`PagedKeys`.
     ``scale`` may be an array that broadcasts against the scores, (B, H, 1, 1): an FP8 call's
@@ -187,7 +189,8 @@ def attention_over_tiles(
     cap = None if softcap is None else dtype.type(softcap)
     slopes = None if alibi_slopes is None else np.asarray(alibi_slopes, dtype)[:, None, None]
     sink = None if sinks is None else np.asarray(sinks, dtype)[:, None]  # (H, 1)
-    mask = MaskOfTiles(tq, tk, causal=causal, window=window, chunk=chunk, attn_mask=attn_mask)
+    mask = MaskOfTiles(tq, tk, causal=causal, heads=q.shape[1], window=window, chunk=chunk,
+                       **masks)  # fmt: skip
     for block_start in range(0, tq, BLOCK_M):
         block_stop = min(block_start + BLOCK_M, tq)
         rows = np.arange(block_start, block_stop)[:, None]  # (bm, 1)
@@ -228,7 +231,7 @@ def attention_over_tiles(
 
 
 def tiled_backward(q, k, v, grad_out, *, causal, scale, grad_lse=None, window=None, chunk=None,
-                   softcap=None, alibi_slopes=None, sinks=None, attn_mask=None):  # fmt: skip
+                   softcap=None, alibi_slopes=None, sinks=None, **masks):  # fmt: skip
     """FlashAttention 2's backward in the forward's tiling: (dq, dk, dv, dsinks or None) of
     (B, H, Tq, D), (B, Hkv, Tk, D), (B, Hkv, Tk, Dv) arrays, dsinks (H,).
 
@@ -245,7 +248,7 @@ def tiled_backward(q, k, v, grad_out, *, causal, scale, grad_lse=None, window=No
     kv_head = key_value_heads(heads, kv_heads)
     keys, values = k[:, kv_head], v[:, kv_head]  # (B, Hkv, T, D) -> (B, H, T, D)
     modifiers = dict(window=window, chunk=chunk, softcap=softcap, alibi_slopes=alibi_slopes,
-                     attn_mask=attn_mask)  # fmt: skip
+                     **masks)  # fmt: skip
     out, lse = attention_over_tiles(q, DenseKeys(keys, values), causal=causal, scale=scale,
                                     with_lse=True, sinks=sinks, **modifiers)  # fmt: skip
     lse_with_sink = lse if sinks is None else np.logaddexp(lse, np.asarray(sinks, dtype)[:, None])
@@ -258,7 +261,7 @@ def tiled_backward(q, k, v, grad_out, *, causal, scale, grad_lse=None, window=No
     tq, tk = q.shape[-2], keys.shape[-2]
     offset = tk - tq
     blocks = [(start, min(start + BLOCK_M, tq)) for start in range(0, tq, BLOCK_M)]
-    mask = MaskOfTiles(tq, tk, causal=causal, window=window, chunk=chunk, attn_mask=attn_mask)
+    mask = MaskOfTiles(tq, tk, causal=causal, heads=heads, window=window, chunk=chunk, **masks)
     visits = {block: mask.tiles_seen(*block) for block in blocks}
     grad_q = np.zeros_like(q)
     grad_keys, grad_values = np.zeros_like(keys), np.zeros_like(values)

@@ -41,7 +41,7 @@ from impls.fp8_calls import is_fp8_call
 from impls.machine import usable_cores
 from impls.numpy_fp8 import FP8_QUERY_DTYPES, dequantized_attention
 from spec.formula import repeat_kv_heads
-from spec.masks import as_four_dims, cut_to_item
+from spec.masks import cut_to_item, visible_keys
 
 try:
     from threadpoolctl import ThreadpoolController
@@ -87,14 +87,16 @@ class NumpyVectorised(NumpyArrays, Implementation):
 
     def attention(
         self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, attn_mask=None,
-        **packing,
+        kv_indices=None, topk_length=None, **packing,
     ):  # fmt: skip
         if is_fp8_call(q, k, v, packing):
             extras = {"window": window, "key_lengths": key_lengths}
             extras = {name: value for name, value in extras.items() if value is not None}
             return dequantized_attention(self, q, k, v, causal=causal, scale=scale,
                                          **extras, **packing)  # fmt: skip
-        variant = dict(window=window, key_lengths=key_lengths, attn_mask=attn_mask)
+        # the masks given as arrays: a custom mask, the keys each row lists
+        listed = dict(attn_mask=attn_mask, kv_indices=kv_indices, topk_length=topk_length)
+        variant = dict(window=window, key_lengths=key_lengths, **listed)
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
         self.check_float_dtype(q)
         split = self.each_item_or_sequence(
@@ -112,9 +114,7 @@ class NumpyVectorised(NumpyArrays, Implementation):
                         causal=causal,
                         scale=scale,
                         window=window,
-                        attn_mask=cut_to_item(variant, b, slice(None), slice(0, length))[
-                            "attn_mask"
-                        ],
+                        **cut_to_item(listed, b, slice(None), slice(0, length)),
                     )
                     if length
                     else self.empty_rows(q[b : b + 1], v[b : b + 1])  # no key (EMPTY-KV)
@@ -132,9 +132,10 @@ class NumpyVectorised(NumpyArrays, Implementation):
         pool = head_pool()
         workers = min(usable_cores(), pairs) if pool else 1
         hidden3 = None
-        if attn_mask is not None:  # (B*H, Tq, Tk): True where the mask hides a key
-            hidden = ~np.broadcast_to(as_four_dims(attn_mask), (*q.shape[:2], tq, tk))
-            hidden3 = hidden.reshape(-1, tq, tk)
+        if any(value is not None for value in listed.values()):
+            # (B*H, Tq, Tk): True where the mask hides a key
+            seen = visible_keys(tq, tk, causal=False, heads=q.shape[1], **listed)
+            hidden3 = ~np.broadcast_to(seen, (*q.shape[:2], tq, tk)).reshape(-1, tq, tk)
         if workers == 1 or pairs * tq * tk < PARALLEL_MIN_SCORES:
             attend(q3, k3, v3, out3, scale=scale, causal=causal, window=window, hidden=hidden3)
             return self.with_blind_rows(out, causal=causal, tk=tk, **variant)

@@ -14,7 +14,7 @@ import numpy as np
 from impls.contract import (
     ContractViolation,
 )
-from spec.masks import Grid, extent_of, mask_options, visible
+from spec.masks import Grid, extent_of, mask_options, prepared, visible
 
 try:
     import torch
@@ -128,13 +128,17 @@ def query_positions(tq: int, tk: int, device, key_lengths=None) -> Any:
     return torch.arange(tq, device=device)[:, None] + (lengths - tq)[:, None, None]
 
 
-def visible_mask(tq: int, tk: int, device, *, causal=True, **mask) -> Any:
+def visible_mask(tq: int, tk: int, device, *, causal=True, heads: int = 1, **mask) -> Any:
     """(B or 1, H or 1, Tq, Tk) boolean tensor, True where query row i of batch item b and head h
-    sees key j: spec.masks' predicates, declared once, asked on torch tensors on ``device``."""
-    options = {"causal": causal, **mask_options(mask)}
-    if "attn_mask" in options:  # a NumPy array by the contract, or a tensor
-        options["attn_mask"] = torch.as_tensor(options["attn_mask"], device=device)
-    batch, heads = extent_of(options)
+    sees key j: spec.masks' predicates, declared once, asked on torch tensors on ``device``;
+    ``heads``: the call's query heads."""
+    options = prepared({"causal": causal, **mask_options(mask)})
+    for name in ("attn_mask", "kv_indices"):  # NumPy arrays by the contract, or tensors
+        if name in options:
+            given = options[name]
+            given = given if isinstance(given, torch.Tensor) else torch.as_tensor(given)
+            options[name] = given.to(device)
+    batch, heads = extent_of(options, heads=heads)
     grid = Grid.over(
         batch, heads, tq, tk, key_lengths=options.get("key_lengths"),
         arange=functools.partial(torch.arange, device=device),

@@ -49,28 +49,29 @@ class TorchEager(TorchArrays, Implementation):
             self.capabilities = replace(self.capabilities, fp8=False)
 
     def attention_weights(
-        self, q, k, *, causal=True, scale=None, window=None, key_lengths=None, attn_mask=None
+        self, q, k, *, causal=True, scale=None, window=None, key_lengths=None, **listed
     ):
-        variant = dict(window=window, key_lengths=key_lengths, attn_mask=attn_mask)
+        variant = dict(window=window, key_lengths=key_lengths, **listed)
         validate_inputs(q, k, k, causal=causal, scale=scale, gqa=True, **variant)
         k = repeated_heads(q, k)
         scores = (q @ k.transpose(-1, -2)) * resolve_scale(scale, q.shape[-1])  # (B, H, Tq, Tk)
         if causal or any(value is not None for value in variant.values()):
             tq, tk = scores.shape[-2:]
-            mask = visible_mask(tq, tk, scores.device, causal=causal, **variant)
+            mask = visible_mask(tq, tk, scores.device, causal=causal, heads=q.shape[1], **variant)
             scores = scores.masked_fill(~mask, float("-inf"))
         return torch.softmax(scores, dim=-1)
 
     def attention(
         self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, attn_mask=None,
-        **packing,
+        kv_indices=None, topk_length=None, **packing,
     ):  # fmt: skip
         if is_torch_fp8_call(q, k, v, packing):
             extras = {"window": window, "key_lengths": key_lengths}
             extras = {name: value for name, value in extras.items() if value is not None}
             return fp8_attention(self.capabilities, q, k, v, causal=causal, scale=scale,
                                  **extras, **packing)  # fmt: skip
-        variant = dict(window=window, key_lengths=key_lengths, attn_mask=attn_mask)
+        variant = dict(window=window, key_lengths=key_lengths, attn_mask=attn_mask,
+                       kv_indices=kv_indices, topk_length=topk_length)  # fmt: skip
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
         split = self.each_item_or_sequence(
             q, k, v, causal=causal, scale=scale, **variant, **packing

@@ -71,9 +71,12 @@ class TorchSdpa(TorchArrays, Implementation):
         chunk=None,
         alibi_slopes=None,
         attn_mask=None,
+        kv_indices=None,
+        topk_length=None,
         **packing,
     ):
-        variant = dict(window=window, key_lengths=key_lengths, chunk=chunk, attn_mask=attn_mask)
+        variant = dict(window=window, key_lengths=key_lengths, chunk=chunk, attn_mask=attn_mask,
+                       kv_indices=kv_indices, topk_length=topk_length)  # fmt: skip
         if alibi_slopes is not None:
             variant["alibi_slopes"] = alibi_slopes
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
@@ -87,7 +90,7 @@ class TorchSdpa(TorchArrays, Implementation):
         grouped = dict(enable_gqa=True) if k.shape[-3] != q.shape[-3] else {}
         if any(value is not None for value in variant.values()):
             mask, blind = blind_rows_kept_finite(
-                visible_mask(tq, tk, q.device, causal=causal, **variant)
+                visible_mask(tq, tk, q.device, causal=causal, heads=q.shape[1], **variant)
             )
             if alibi_slopes is not None:  # an additive mask: the bias, -inf where hidden
                 bias = alibi_bias(tq, tk, alibi_slopes, q, key_lengths)

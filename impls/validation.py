@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from spec.masks import MASK_KEYWORDS, Dims
 from spec.masks import problems as mask_problems
 
 
@@ -52,12 +53,12 @@ def validate_inputs(
     cu_seqlens_q=None,
     cu_seqlens_k=None,
     chunk: int | None = None,
-    attn_mask=None,
     softcap: float | None = None,
     alibi_slopes=None,
     sinks=None,
     block_table=None,
     page_size: int | None = None,
+    **masks,
 ) -> None:
     """Raise :class:`AttentionInputError` naming the problem when (q, k, v, scale) are invalid.
 
@@ -112,10 +113,12 @@ def validate_inputs(
             raise AttentionInputError(f"scale={scale!r}, but should be finite")
     if key_lengths is not None or query_lengths is not None:
         validate_lengths(key_lengths, query_lengths, batch=bq, tq=tq, tk=tk, causal=causal)
-    mask = dict(causal=causal, window=window, chunk=chunk, attn_mask=attn_mask,
-                cu_seqlens_q=cu_seqlens_q, query_lengths=query_lengths,
-                block_table=block_table)  # fmt: skip
-    for problem in mask_problems(mask, (bq, hq, tq, tk)):
+    unknown = sorted(set(masks) - set(MASK_KEYWORDS))
+    if unknown:
+        raise TypeError(f"validate_inputs() got unexpected keyword(s) {', '.join(unknown)}")
+    mask = dict(causal=causal, window=window, chunk=chunk, cu_seqlens_q=cu_seqlens_q,
+                query_lengths=query_lengths, block_table=block_table, **masks)  # fmt: skip
+    for problem in mask_problems(mask, Dims(bq, hq, hk, tq, tk)):
         raise AttentionInputError(problem)
     if softcap is not None:
         validate_softcap(softcap)

@@ -39,6 +39,7 @@ GROUPS = (
     "heads",
     "window",
     "custom masks",
+    "sparse",
     "padding",
     "layout",
     "memory",

@@ -170,6 +170,28 @@ FEATURES: tuple[Feature, ...] = (
         flag="custom mask",
         missing="attn_mask (a boolean mask of which keys each query sees)",
     ),
+    Feature(
+        "sparse",
+        "kv_indices: an int32 or int64 array (B, Hkv, Tq, K), a NumPy array as block_table is: "
+        "query row i of every query head of key/value head h' sees the keys its row lists, each "
+        "once however often listed (a set: FlashAttention 4's gather_kv_indices reference), -1 "
+        "an empty slot; intersected with the causal mask (bottom-right aligned) and key lengths "
+        "(DeepSeek's sparse attention: FlashMLA's sparse kernels, cuDNN's DSA); a row that "
+        "lists no key it may see follows the declared empty-row convention",
+        keywords=("kv_indices",),
+        plain_keywords=("kv_indices",),
+        flag="sparse",
+        missing="kv_indices (index-sparse attention)",
+    ),
+    Feature(
+        "topk_length",
+        "topk_length=(n_0, ..., n_{B-1}) with kv_indices: only the first n_b slots of item b's "
+        "rows count, whatever the slots past them hold (FlashMLA's topk_length)",
+        keywords=("topk_length",),
+        plain_keywords=("topk_length",),
+        flag="topk length",
+        missing="topk_length (slots past it not read)",
+    ),
 )
 
 FEATURE_NAMES = tuple(feature.name for feature in FEATURES)

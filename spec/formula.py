@@ -121,7 +121,7 @@ def masked(scores: np.ndarray, *, causal: bool, in_place: bool = False, **mask) 
     tq, tk = scores.shape[-2:]
     mask = only_mask_options(mask)
     if mask:
-        visible = visible_keys(tq, tk, causal=causal, **mask)
+        visible = visible_keys(tq, tk, causal=causal, heads=scores.shape[-3], **mask)
     elif causal:
         visible = causal_mask(tq, tk)
     else:
@@ -427,14 +427,14 @@ def backward_weights(q, k, *, causal=True, scale=None, sinks=None, **variant):
     return weights, capped
 
 
-def keys_read_and_blind_rows(tq: int, tk: int, *, causal=True, cu_seqlens_q=None,
-                             cu_seqlens_k=None, **options):  # fmt: skip
+def keys_read_and_blind_rows(tq: int, tk: int, *, causal=True, heads: int = 1,
+                             cu_seqlens_q=None, cu_seqlens_k=None, **options):  # fmt: skip
     """Which keys some query row of a head sees, (B or 1, H or 1, Tk), and which query rows see
     no key at all, (B or 1, H or 1, Tq): a key no row reads has gradient exactly 0, and so has a
     row that sees nothing (the packed sequences each alone)."""
     mask = mask_options(options)
     if cu_seqlens_q is None:
-        visible = visible_keys(tq, tk, causal=causal, **mask)  # (B or 1, H or 1, Tq, Tk)
+        visible = visible_keys(tq, tk, causal=causal, heads=heads, **mask)  # (B|1, H|1, Tq, Tk)
         return visible.any(axis=2), ~visible.any(axis=3)
     read, blind = np.zeros((1, 1, tk), bool), np.ones((1, 1, tq), bool)
     for (q0, q1), (k0, k1) in zip(

@@ -293,8 +293,9 @@ def _without(options: dict, *names: str) -> dict:
 def _blind_rows(call: GradientCall) -> np.ndarray:
     """(B or 1, H or 1, Tq): the rows that see no key."""
     return keys_read_and_blind_rows(
-        call.q.shape[-2], call.k.shape[-2], **_without(call.options, "scale", "grad_lse", "sinks")
-    )[1]
+        call.q.shape[-2], call.k.shape[-2], heads=call.q.shape[1],
+        **_without(call.options, "scale", "grad_lse", "sinks"),
+    )[1]  # fmt: skip
 
 
 def find_gradient_mistake(name: str) -> GradientMistake:

@@ -64,6 +64,21 @@ Predicate = Callable[[Grid, dict], Any]
 
 
 @dataclass(frozen=True)
+class Dims:
+    """A call's sizes, as a kind's input check reads them."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    tq: int
+    tk: int
+
+    @property
+    def scores(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.heads, self.tq, self.tk)
+
+
+@dataclass(frozen=True)
 class MaskKind:
     name: str
     # the call's keywords the kind reads; it is on where one of them is given (not None)
@@ -74,8 +89,13 @@ class MaskKind:
     extent: Callable[[dict], tuple[int, int]] = lambda options: (1, 1)
     on: Callable[[dict], bool] | None = None  # when "a keyword is given" is not the rule
     # what is wrong with the call's inputs for the kind, in words, or None: given the options
-    # and the call's (B, Hq, Tq, Tk); impls.validation raises it
-    problem: Callable[[dict, tuple[int, int, int, int]], str | None] = lambda options, shape: None
+    # and the call's sizes; impls.validation raises it
+    problem: Callable[[dict, Dims], str | None] = lambda options, dims: None
+    # the options as the predicate reads them, made once on the host from the call's own (NumPy
+    # arrays by the contract): what the kind's keywords say, in one form
+    prepared: Callable[[dict], dict] | None = None
+    # the options for one batch item's rows and keys alone (a call of its own)
+    cut: Callable[[dict, int, slice, slice], dict] | None = None
 
     def applies(self, options: dict) -> bool:
         if self.on is not None:
@@ -93,7 +113,7 @@ def _is_integer(value) -> bool:
 
 
 def _causal_bound(name: str, least: int, what: str):
-    def problem(options, shape):
+    def problem(options, dims):
         value = options[name]
         if not _is_integer(value) or value < least:
             return f"{name}={value!r}, but should be an integer >= {least} or None"
@@ -104,7 +124,8 @@ def _causal_bound(name: str, least: int, what: str):
     return problem
 
 
-def _custom_mask_problem(options, shape) -> str | None:
+def _custom_mask_problem(options, dims: Dims) -> str | None:
+    shape = dims.scores
     mask = options["attn_mask"]
     if not (hasattr(mask, "shape") and hasattr(mask, "dtype")):
         return f"attn_mask is a {type(mask).__name__}, but should be a boolean array"
@@ -145,6 +166,69 @@ def custom_mask_sees(grid: Grid, options: dict):
     ]
 
 
+def _sparse_problem(options, dims: Dims) -> str | None:
+    indices = options.get("kv_indices")
+    if indices is None:
+        return "topk_length without kv_indices: it counts the first entries of their rows"
+    if not (hasattr(indices, "shape") and hasattr(indices, "dtype")):
+        return f"kv_indices is a {type(indices).__name__}, but should be an integer array"
+    expected = f"(B, Hkv, Tq, K) = ({dims.batch}, {dims.kv_heads}, {dims.tq}, K)"
+    if "int" not in str(indices.dtype) or "uint" in str(indices.dtype):
+        return f"kv_indices has dtype {indices.dtype}, but should be int32 or int64"
+    if indices.ndim != 4 or tuple(indices.shape[:3]) != (dims.batch, dims.kv_heads, dims.tq):
+        return f"kv_indices has shape {tuple(indices.shape)}, but should be {expected}"
+    values = np.asarray(indices)
+    wrong = (values < -1) | (values >= dims.tk)
+    if wrong.any():
+        at = tuple(int(i) for i in np.argwhere(wrong)[0])
+        return (
+            f"kv_indices{list(at)} = {int(values[at])}, but an index names a key 0..{dims.tk - 1}, "
+            "or is -1 for an empty slot"
+        )
+    lengths = options.get("topk_length")
+    if lengths is not None:
+        lengths = np.asarray(lengths)
+        if lengths.shape != (dims.batch,) or not np.issubdtype(lengths.dtype, np.integer):
+            return f"topk_length={lengths.tolist()!r}, but should be {dims.batch} integers"
+        if lengths.min() < 0 or lengths.max() > indices.shape[-1]:
+            return (
+                f"topk_length={lengths.tolist()}, but each should be between 0 and "
+                f"K = {indices.shape[-1]}"
+            )
+    for keyword in ("cu_seqlens_q", "query_lengths", "block_table", "attn_mask"):
+        if options.get(keyword) is not None:
+            return f"kv_indices with {keyword}: the contract defines them over a dense call"
+    return None
+
+
+def _sparse_prepared(options: dict) -> dict:
+    """kv_indices with the slots past each item's topk_length emptied (-1): they do not count,
+    whatever they hold."""
+    lengths = options.get("topk_length")
+    if lengths is None:  # prepared already, or nothing to prepare (a device tensor stays one)
+        return options
+    indices = np.asarray(options["kv_indices"])
+    past = np.arange(indices.shape[-1]) >= np.asarray(lengths)[:, None, None, None]
+    return {**options, "kv_indices": np.where(past, -1, indices), "topk_length": None}
+
+
+def _sparse_cut(options: dict, item: int, rows: slice, keys: slice) -> dict:
+    indices = _sparse_prepared(options)["kv_indices"][item : item + 1, :, rows]
+    # an index past the item's keys names its padding, which no row sees: an empty slot there
+    indices = np.where(indices >= (keys.stop if keys.stop is not None else np.inf), -1, indices)
+    return {**options, "kv_indices": indices, "topk_length": None}
+
+
+def sparse_indices_sees(grid: Grid, options: dict):
+    """Key j is seen by query row i of head h where row i of h's key/value head lists it."""
+    indices = options["kv_indices"]  # (B, Hkv, Tq, K), -1 an empty slot; prepared: no topk_length
+    heads, kv_heads = grid.head.shape[1], indices.shape[1]
+    kv_head = grid.head // (heads // kv_heads) if kv_heads > 1 else grid.head * 0
+    listed = indices[grid.batch, kv_head, grid.row][..., 0, :]  # (B, H, Tq, K)
+    # (B, H, Tq, 1, K) against (1, 1, 1, Tk, 1): listed anywhere in the row, once or twice
+    return (listed[..., None, :] == grid.key[..., None]).sum(-1) > 0
+
+
 MASK_KINDS: tuple[MaskKind, ...] = (
     # The document's: row i sees the keys up to its position.
     MaskKind(
@@ -175,6 +259,16 @@ MASK_KINDS: tuple[MaskKind, ...] = (
         custom_mask_sees,
         extent=lambda o: tuple(as_four_dims(o["attn_mask"]).shape[:2]),
         problem=_custom_mask_problem,
+        cut=lambda o, item, rows, keys: _custom_mask_cut(o, item, rows, keys),
+    ),
+    MaskKind(
+        "kv_indices",
+        ("kv_indices", "topk_length"),
+        sparse_indices_sees,
+        extent=lambda o: tuple(o["kv_indices"].shape[:2]),
+        problem=_sparse_problem,
+        prepared=_sparse_prepared,
+        cut=_sparse_cut,
     ),
 )
 MASK_KEYWORDS = tuple(keyword for kind in MASK_KINDS for keyword in kind.keywords)
@@ -197,20 +291,32 @@ def only_mask_options(options: dict) -> dict:
 
 def cut_to_item(options: dict, item: int, rows: slice, keys: slice) -> dict:
     """``options`` for batch item ``item``'s query rows ``rows`` and keys ``keys`` alone, as a
-    call of its own (a batch of one): a mask given per item, row or key is cut to them."""
-    mask = options.get("attn_mask")
-    if mask is None:
-        return options
-    mask = as_four_dims(mask)
+    call of its own (a batch of one): each kind's inputs given per item, row or key cut to them."""
+    for kind in MASK_KINDS:
+        if kind.cut is not None and kind.applies(options):
+            options = kind.cut(options, item, rows, keys)
+    return options
+
+
+def _custom_mask_cut(options: dict, item: int, rows: slice, keys: slice) -> dict:
+    mask = as_four_dims(options["attn_mask"])
     items = slice(item, item + 1) if mask.shape[0] != 1 else slice(None)
     rows = rows if mask.shape[2] != 1 else slice(None)
     keys = keys if mask.shape[3] != 1 else slice(None)
     return {**options, "attn_mask": mask[items, :, rows, keys]}
 
 
-def problems(options: dict, shape: tuple[int, int, int, int]) -> list[str]:
+def prepared(options: dict) -> dict:
+    """The options as the predicates read them (each kind's :attr:`MaskKind.prepared`)."""
+    for kind in MASK_KINDS:
+        if kind.prepared is not None and kind.applies(options):
+            options = kind.prepared(options)
+    return options
+
+
+def problems(options: dict, dims: Dims) -> list[str]:
     """What is wrong with a call's mask keywords, each kind's words; empty where nothing is."""
-    found = (kind.problem(options, shape) for kind in MASK_KINDS if kind.applies(options))
+    found = (kind.problem(options, dims) for kind in MASK_KINDS if kind.applies(options))
     return [problem for problem in found if problem is not None]
 
 
@@ -227,6 +333,7 @@ def visible(grid: Grid, options: dict, *, instead: dict[str, Predicate | None] |
     the kinds ``options`` turn on. ``instead`` swaps a kind's predicate for another by name (a
     mistake's wrong twin; None leaves the kind out)."""
     instead = instead or {}
+    options = prepared(options)
     seen = grid.key >= 0  # every key, shaped as the grid's keys
     for kind in MASK_KINDS:
         if kind.name in instead:
@@ -238,12 +345,13 @@ def visible(grid: Grid, options: dict, *, instead: dict[str, Predicate | None] |
     return seen
 
 
-def visible_keys(tq: int, tk: int, *, causal: bool = True, **options) -> np.ndarray:
+def visible_keys(tq: int, tk: int, *, causal: bool = True, heads: int = 1, **options):
     """Boolean (B or 1, H or 1, Tq, Tk), True where query row i of batch item b and head h sees
     key j: the document's causal mask (bottom-right aligned) intersected with the extensions'
-    kinds the options turn on."""
-    options = {**options, "causal": causal}
-    batch, heads = extent_of(options)
+    kinds the options turn on. ``heads``: the call's query heads, where a kind's inputs are per
+    key/value head (kv_indices) and the call's heads are grouped."""
+    options = prepared({**options, "causal": causal})
+    batch, heads = extent_of(options, heads=heads)
     grid = Grid.over(batch, heads, tq, tk, key_lengths=options.get("key_lengths"))
     seen = visible(grid, options)
     return np.broadcast_to(seen, np.broadcast_shapes(seen.shape, (1, 1, tq, tk)))

@@ -58,6 +58,8 @@ class Call:
     sinks: tuple[float, ...] | None = None
     chunk: int | None = None
     attn_mask: np.ndarray | None = None  # (B or 1, H or 1, Tq, Tk), True where a query sees a key
+    kv_indices: np.ndarray | None = None  # (B, Hkv, Tq, K), the keys each row lists, -1 none
+    topk_length: tuple[int, ...] | None = None
     page_size: int | None = None  # k and v reached it as page pools (spec.formula.page_pool)
 
     @property
@@ -171,7 +173,7 @@ def visible_keys_of(
     options = call.mask_options
     if window is not None:
         options["window"] = window
-    batch, heads = extent_of(options)
+    batch, heads = extent_of(options, heads=call.heads)
     grid = Grid.over(batch, heads, call.tq, call.tk, key_lengths=call.key_lengths)
     offset = {"bottom-right": grid.length - call.tq, "top-left": 0, "padded": call.tk - call.tq}
     grid = replace(grid, position=grid.row + offset[aligned])

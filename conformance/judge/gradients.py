@@ -103,7 +103,7 @@ def assert_no_gradient_where_none_flows(subject, case: Case, grads: dict, findin
     rounding's leftover."""
     __tracebackhide__ = True
     read, blind = keys_read_and_blind_rows(case.tq, case.tk, causal=case.causal,
-                                           **case.formula_variant)  # fmt: skip
+                                           heads=case.heads, **case.formula_variant)  # fmt: skip
     unread = ~read_by_kv_heads(read, case.key_value_heads)  # (B or 1, Hkv or 1, Tk)
     where = {
         "dk": (grads["k"], unread, "keys that no row reads"),
@@ -143,7 +143,7 @@ def undefined_gradient(subject, case: Case) -> str | None:
         return None
     plain = case.with_(return_lse=None)
     _, blind = keys_read_and_blind_rows(plain.tq, plain.tk, causal=plain.causal,
-                                        **plain.formula_variant)  # fmt: skip
+                                        heads=plain.heads, **plain.formula_variant)  # fmt: skip
     if not blind.any():
         return None
     return (

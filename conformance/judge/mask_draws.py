@@ -1,4 +1,4 @@
-"""How a test's custom mask is drawn: a recipe a case holds, the mask drawn for the case's shape.
+"""How a test's custom mask or key indices are drawn: a recipe a case holds, drawn for its shape.
 
 A case is frozen and hashable and is fitted to what a kernel declares (its lengths may change),
 so it holds the recipe, not the array; :meth:`MaskDraw.array` draws the same mask for the same
@@ -34,6 +34,9 @@ class MaskDraw:
         if not 0.0 <= self.density <= 1.0:
             raise ValueError(f"density={self.density}, but should lie in [0, 1]")
 
+    def for_case(self, case) -> np.ndarray:
+        return self.array(case.batch, case.heads, case.tq, case.tk)
+
     def array(self, batch: int, heads: int, tq: int, tk: int) -> np.ndarray:
         """The boolean mask, (B or 1, H or 1, Tq, Tk), True where the query may see the key."""
         shape = (batch if self.per_item else 1, heads if self.per_head else 1, tq, tk)
@@ -68,3 +71,56 @@ class MaskDraw:
 def spread(count: int, chosen: int) -> np.ndarray:
     """``chosen`` of ``count`` indices, evenly spread and the last one included."""
     return np.unique(np.linspace(count - 1, 0, min(chosen, count)).round().astype(int))
+
+
+@dataclass(frozen=True)
+class IndexDraw:
+    """kv_indices (B, Hkv, Tq, K) as index-sparse kernels get them from their indexer: K keys per
+    row of each key/value head, drawn without replacement from all Tk (future ones too, which
+    the causal mask hides), some slots empty (-1), some repeating an earlier slot of the row."""
+
+    keys: int = 16  # K, the slots per row (at most Tk are distinct)
+    empty: float = 0.0  # the share of slots left empty (-1)
+    duplicates: int = 0  # slots per row that repeat an earlier slot's key
+    blind_rows: int = 0  # rows whose every slot is empty, spread over the rows
+    unlisted_keys: int = 0  # keys no row lists, spread over the keys
+    dtype: str = "int32"
+    seed: int = 0
+    # the slots past the case's topk_length rewritten to other keys (what is there must not count)
+    rewritten_past_topk: bool = False
+
+    def for_case(self, case) -> np.ndarray:
+        indices = self.array(case.batch, case.key_value_heads, case.tq, case.tk)
+        if self.rewritten_past_topk and case.topk_length is not None:
+            past = np.arange(self.keys) >= np.asarray(case.topk_length)[:, None, None, None]
+            other = (indices.astype(np.int64) + 1 + self.keys) % case.tk
+            indices = np.where(past, other, indices).astype(self.dtype)
+        return indices
+
+    def array(self, batch: int, kv_heads: int, tq: int, tk: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, batch, kv_heads, tq, tk])
+        shape = (batch, kv_heads, tq)
+        pool = np.setdiff1d(np.arange(tk), spread(tk, self.unlisted_keys) if self.unlisted_keys
+                            else [])  # fmt: skip
+        distinct = min(self.keys, len(pool))
+        # each row's first `distinct` keys: a random permutation's head, row by row
+        chosen = pool[np.argsort(rng.random((*shape, len(pool))), axis=-1)[..., :distinct]]
+        indices = np.full((*shape, self.keys), -1, np.int64)
+        indices[..., :distinct] = chosen
+        if self.duplicates:
+            slots = spread(self.keys, self.duplicates)
+            slots = slots[slots > 0]
+            indices[..., slots] = indices[..., slots - 1]  # the slot before it, listed again
+        indices = np.where(rng.random(indices.shape) < self.empty, -1, indices)
+        if self.blind_rows:
+            indices[:, :, spread(tq, self.blind_rows)] = -1
+        return indices.astype(self.dtype)
+
+    def __str__(self) -> str:
+        parts = [f"{self.keys} keys per row"]
+        parts += [f"{self.empty:.0%} empty"] if self.empty else []
+        parts += [f"{self.duplicates} repeated"] if self.duplicates else []
+        parts += [f"{self.blind_rows} rows listing none"] if self.blind_rows else []
+        parts += [f"{self.unlisted_keys} keys listed by none"] if self.unlisted_keys else []
+        parts += ["past topk_length rewritten"] if self.rewritten_past_topk else []
+        return f"<{', '.join([*parts, self.dtype, f'seed {self.seed}'])}>"

@@ -260,7 +260,8 @@ def regimes_of_backward(case, q: np.ndarray, k: np.ndarray) -> set[str]:
         drawn.add("backward.partial-last-tile")
     if tk >= 1023:
         drawn.add("backward.long")
-    _, blind = keys_read_and_blind_rows(case.tq, tk, causal=case.causal, **case.formula_variant)
+    _, blind = keys_read_and_blind_rows(case.tq, tk, causal=case.causal, heads=case.heads,
+                                        **case.formula_variant)  # fmt: skip
     if blind.any():
         drawn.add("backward.blind-rows")
     if case.batch >= 2:
