@@ -14,7 +14,7 @@ import pytest
 from conformance.judge.assertions import fail
 from conformance.judge.gradients import assert_backward_of, backward
 from conformance.judge.harness import Case
-from conformance.judge.mask_draws import MaskDraw
+from conformance.judge.mask_draws import IndexDraw, MaskDraw
 from conformance.test_modifiers import SINKS, SLOPES
 from spec.dtypes import round_to
 
@@ -113,6 +113,35 @@ BACKWARD_CASES = [
             attn_mask=MaskDraw(0.1, per_head=True, seed=22),
         ),
         id="custom-mask-grouped-sparse",
+    ),
+    # keys listed by several rows and heads, twice in a row, empty slots, rows listing none
+    row(
+        "GRAD-SPARSE",
+        Case(
+            batch=2,
+            heads=4,
+            kv_heads=2,
+            tq=70,
+            head_dim=16,
+            kv_indices=IndexDraw(
+                keys=24, empty=0.2, duplicates=3, blind_rows=3, unlisted_keys=7, seed=41
+            ),
+        ),
+        id="sparse",
+    ),
+    row(
+        "GRAD-SPARSE",
+        Case(
+            batch=1,
+            heads=8,
+            kv_heads=1,
+            tq=4,
+            tk=150,
+            head_dim=64,
+            causal=False,
+            kv_indices=IndexDraw(keys=32, empty=0.1, duplicates=4, seed=42),
+        ),
+        id="sparse-decode-one-kv-head",
     ),
 ]
 

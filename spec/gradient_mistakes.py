@@ -210,6 +210,65 @@ def _custom_mask_ignored(call: GradientCall):
 
 
 @gradient_mistake(
+    "grad-sparse-minus-1-as-last-key",
+    "the backward reads an empty slot (-1) as the last key: P recomputed over it, so the last key "
+    "gets dk and dv and the rows that list an empty slot a share of its gradient",
+    "a -1 sentinel used as an index, which wraps to the last key (FlashAttention PR #2755)",
+    lambda call: (
+        call.get("kv_indices") is not None
+        and bool((call.get("kv_indices") < 0).any())
+        and not call.packed
+    ),
+)
+def _sparse_minus_1_as_last_key(call: GradientCall):
+    indices = call.get("kv_indices")
+    wrapped = np.where(indices < 0, call.k.shape[-2] - 1, indices)
+    return recomputed_backward(call, kv_indices=wrapped)
+
+
+@gradient_mistake(
+    "grad-sparse-assigned",
+    "dk and dv of a key assigned by the last query row that reads it, not summed over every "
+    "row and head that does",
+    "a scatter that stores where it should add (cudnn-frontend #384: several queries selecting "
+    "one key)",
+    lambda call: (
+        call.get("kv_indices") is not None
+        and call.get("softcap") is None
+        and call.get("grad_lse") is None
+        and call.get("sinks") is None
+        and not call.packed
+    ),
+)
+def _sparse_assigned(call: GradientCall):
+    options = _without(call.options, "grad_lse")
+    weights, _ = backward_weights(call.q, call.k, **options)  # (B, H, Tq, Tk)
+    values = repeat_kv_heads(call.q, call.v)
+    row_dot = (call.grad_out * (weights @ values)).sum(-1, keepdims=True)  # rowsum(dO * O)
+    grad_scores = weights * (call.grad_out @ values.swapaxes(-1, -2) - row_dot)
+    scale = resolve_scale(call.get("scale"), call.q.shape[-1])
+    read = weights > 0
+    grads = dict(call.truth)
+    grads["k"] = last_reader(scale * grad_scores[..., None] * call.q[..., :, None, :], read,
+                             call.k.shape[1])  # fmt: skip
+    grads["v"] = last_reader(weights[..., None] * call.grad_out[..., :, None, :], read,
+                             call.k.shape[1])  # fmt: skip
+    return grads
+
+
+def last_reader(contributions: np.ndarray, read: np.ndarray, kv_heads: int) -> np.ndarray:
+    """Each key's gradient as the last row reading it left it: ``contributions`` (B, H, Tq, Tk,
+    D) of each query row to each key, ``read`` (B, H, Tq, Tk) where the row reads the key; rows
+    in order of query head, then row, within each key/value head's group. (B, Hkv, Tk, D)."""
+    batch, heads, tq, tk, dim = contributions.shape
+    rows = contributions.reshape(batch, kv_heads, heads // kv_heads * tq, tk, dim)
+    reads = np.broadcast_to(read, (batch, heads, tq, tk)).reshape(batch, kv_heads, -1, tk)
+    last = reads.shape[2] - 1 - np.argmax(reads[:, :, ::-1], axis=2)  # (B, Hkv, Tk)
+    grad = np.take_along_axis(rows, last[:, :, None, :, None], axis=2)[:, :, 0]  # (B, Hkv, Tk, D)
+    return np.where(reads.any(axis=2)[..., None], grad, 0.0)
+
+
+@gradient_mistake(
     "grad-nan-on-blind-rows",
     "NaN in the gradients of a row that sees no key, where exp(s - lse) meets lse = -inf, and in "
     "dk and dv of its head, which sum over that row",

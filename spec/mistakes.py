@@ -29,7 +29,15 @@ from spec.formula import (
     softmax,
     unread_padding_zeroed,
 )
-from spec.masks import MASK_KEYWORDS, Grid, custom_mask_sees, extent_of, visible
+from spec.masks import (
+    MASK_KEYWORDS,
+    Grid,
+    custom_mask_sees,
+    extent_of,
+    prepared,
+    sparse_indices_sees,
+    visible,
+)
 
 TILE_SIZES = (32, 64, 128)  # the key tiles of the tiling mistakes: the widths kernels use
 
@@ -809,6 +817,61 @@ def _custom_mask_head_0(q, k, v, call):
 )
 def _custom_mask_without_causal(q, k, v, call):
     return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"causal": None}))
+
+
+# Index-sparse attention
+
+
+def listed_counts(call: Call) -> np.ndarray:
+    """(B, H, Tq, Tk): how often each row of each query head lists each key (its key/value
+    head's row), the slots past topk_length left out."""
+    indices = prepared({"kv_indices": call.kv_indices, "topk_length": call.topk_length})
+    rows = np.repeat(indices["kv_indices"], call.heads // call.kv_heads, axis=1)  # (B, H, Tq, K)
+    return (rows[..., None, :] == np.arange(call.tk)[:, None]).sum(axis=-1)
+
+
+@mistake(
+    "sparse-empty-slot-as-key-0",
+    "an empty slot (-1) read as key 0: every row that has one also sees the first key",
+    "-1 sentinels converted to 0 before the gather (vLLM PR #45324)",
+    lambda call: call.kv_indices is not None and bool((call.kv_indices < 0).any()),
+)
+def _empty_slot_as_key_0(q, k, v, call):
+    def sees(g, o):
+        indices = np.where(o["kv_indices"] < 0, 0, o["kv_indices"])
+        return sparse_indices_sees(g, {**o, "kv_indices": indices})
+
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"kv_indices": sees}))
+
+
+@mistake(
+    "sparse-past-topk-read",
+    "the slots past topk_length read as if they counted",
+    "the lanes beyond topk_length not set to -1 before the gather (FlashInfer #5095)",
+    lambda call: (
+        call.kv_indices is not None
+        and call.topk_length is not None
+        and min(call.topk_length) < call.kv_indices.shape[-1]
+    ),
+)
+def _past_topk_read(q, k, v, call):
+    return attend_with(q, k, v, call, visible=visible_keys_of(replace(call, topk_length=None)))
+
+
+@mistake(
+    "sparse-duplicates-counted",
+    "a key listed twice in a row weighs twice: the slots' scores summed, not the set's",
+    "cuDNN's reference semantics (a multiset) in a kernel whose contract is a set",
+    lambda call: call.kv_indices is not None and bool((listed_counts(call) > 1).any()),
+)
+def _duplicates_counted(q, k, v, call):
+    counts = listed_counts(call)
+
+    def weights(scores, visible):
+        with np.errstate(divide="ignore"):
+            return softmax(np.where(visible, scores + np.log(counts), -np.inf))
+
+    return attend_with(q, k, v, call, weights_of=weights)
 
 
 # Padding and packing

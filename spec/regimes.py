@@ -308,6 +308,53 @@ REGIMES: tuple[Regime, ...] = (
             ),
         )
     ),
+    *(
+        Regime(f"sparse.{name}", "sparse", claims, what, why)
+        for name, claims, what, why in (
+            (
+                "duplicates",
+                ("SPARSE-KEYS", "GRAD-SPARSE"),
+                "a key listed twice in a row",
+                "a softmax over the slots, not the keys: the key weighs twice",
+            ),
+            (
+                "empty-slots",
+                ("SPARSE-KEYS", "GRAD-SPARSE"),
+                "empty slots (-1) among a row's",
+                "-1 converted to 0, or wrapped to the last key",
+            ),
+            (
+                "blind-rows",
+                ("SPARSE-KEYS",),
+                "rows that list no key they may see",
+                "0 / 0 where the convention is zeros",
+            ),
+            (
+                "slots-past-tk",
+                ("SPARSE-KEYS",),
+                "more slots per row than keys",
+                "a K larger than Tk sized by K alone",
+            ),
+            (
+                "one-kv-head",
+                ("SPARSE-KEYS", "GRAD-SPARSE"),
+                "one key/value head for every query head, as MLA's absorbed form",
+                "a row's list read through the query head's index",
+            ),
+            (
+                "mla",
+                ("SPARSE-KEYS",),
+                "MLA's absorbed shapes: D = 576, Dv = 512",
+                "a head dim that is no power of two, and Dv != D",
+            ),
+            (
+                "topk-zero",
+                ("SPARSE-TOPK",),
+                "a topk_length of 0: no slot counts",
+                "a row with no key left unwritten or NaN",
+            ),
+        )
+    ),
     Regime(
         "chunk.one",
         "chunked",

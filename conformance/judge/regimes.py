@@ -132,8 +132,35 @@ def _custom_mask_regimes(case) -> set[str]:
     }  # fmt: skip
 
 
+def _sparse_regimes(case) -> set[str]:
+    """Read off the indices the call is given."""
+    indices = case.variant["kv_indices"]
+    if case.topk_length is not None:
+        past = np.arange(indices.shape[-1]) >= np.asarray(case.topk_length)[:, None, None, None]
+        indices = np.where(past, -1, indices)
+    _, blind = keys_read_and_blind_rows(case.tq, case.tk, causal=case.causal, heads=case.heads,
+                                        **case.formula_variant)  # fmt: skip
+    repeated = np.sort(indices, axis=-1)
+    return {
+        regime
+        for regime, holds in (
+            ("sparse.duplicates", bool(((repeated[..., 1:] == repeated[..., :-1])
+                                        & (repeated[..., 1:] >= 0)).any())),
+            ("sparse.empty-slots", bool((indices < 0).any())),
+            ("sparse.blind-rows", bool(blind.any())),
+            ("sparse.slots-past-tk", indices.shape[-1] > case.tk),
+            ("sparse.one-kv-head", case.key_value_heads == 1 and case.heads > 1),
+            ("sparse.mla", case.head_dim == 576 and case.value_dim == 512),
+            ("sparse.topk-zero", case.topk_length is not None and 0 in case.topk_length),
+        )
+        if holds
+    }  # fmt: skip
+
+
 def _mask_regimes(case) -> set[str]:
     drawn = _custom_mask_regimes(case) if case.attn_mask is not None else set()
+    if case.kv_indices is not None:
+        drawn |= _sparse_regimes(case)
     if case.window is not None:
         drawn |= {
             regime

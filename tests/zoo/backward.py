@@ -20,6 +20,7 @@ import numpy as np
 from impls.contract import resolve_scale
 from spec.catalogue import load_catalogue
 from spec.formula import query_positions, visible_keys
+from spec.gradient_mistakes import last_reader
 from tests.zoo import correct_variant, mutant
 
 TILE = 64  # the key tile of the members whose backward loops over tiles
@@ -45,7 +46,8 @@ def scores_and_mask(q, k, *, causal, scale, key_lengths=None, softcap=None, alib
         distance = np.abs(query_positions(tq, tk, key_lengths) - np.arange(tk))  # (B, Tq, Tk)
         slopes = np.asarray(alibi_slopes, q.dtype)[:, None, None]  # (H, 1, 1)
         scores = scores - slopes * distance[:, None].astype(q.dtype)
-    visible = visible_keys(tq, tk, causal=causal, key_lengths=key_lengths, **mask)
+    visible = visible_keys(tq, tk, causal=causal, heads=q.shape[1], key_lengths=key_lengths,
+                           **mask)  # fmt: skip
     return np.where(visible, scores, -np.inf), capped, visible
 
 
@@ -95,10 +97,16 @@ def backward(q, k, v, grad_out, *, causal=True, scale=None, sinks=None, key_leng
         bug = None  # no window, no bug
     if bug == "no-custom-mask" and features.get("attn_mask") is None:
         bug = None
-    if bug in ("window-wider", "window-not-causal", "no-bias", "no-custom-mask"):
+    if bug in ("sparse-minus-1-last", "sparse-assigned") and features.get("kv_indices") is None:
+        bug = None
+    if bug in ("window-wider", "window-not-causal", "no-bias", "no-custom-mask",
+               "sparse-minus-1-last"):  # fmt: skip
         changed = dict(features)
         if bug == "no-custom-mask":
             changed["attn_mask"] = None
+        if bug == "sparse-minus-1-last":  # an empty slot used as an index: the last key
+            indices = features["kv_indices"]
+            changed["kv_indices"] = np.where(indices < 0, k.shape[-2] - 1, indices)
         if bug == "window-wider":
             changed["window"] = window + 1
         if bug == "no-bias":
@@ -162,6 +170,12 @@ def backward(q, k, v, grad_out, *, causal=True, scale=None, sinks=None, key_leng
     for grad in (grad_keys, grad_values):
         per_group = grad.reshape(grad.shape[0], k.shape[1], group, *grad.shape[2:])
         grads.append(per_group[:, :, 0] if bug == "one-head" else per_group.sum(axis=2))
+    if bug == "sparse-assigned":  # each key's dk and dv stored by the last row that reads it
+        read = probs > 0
+        grads = [
+            last_reader(scale * grad_scores[..., None] * q[..., :, None, :], read, k.shape[1]),
+            last_reader(probs[..., None] * grad_out[..., :, None, :], read, k.shape[1]),
+        ]
     answer = [grad_q, *grads]
     if sinks is not None:
         sink_share = np.where(seen, np.exp(np.asarray(sinks, dtype)[:, None, None] - np.where(
@@ -252,6 +266,25 @@ def backward_without_the_custom_mask(q, k, v, *, causal=True, scale=None, attn_m
     """The attn_mask applied in the forward and not in the backward: P recomputed from the lse
     over every key the causal mask leaves, so hidden keys get dk and dv."""
     return forward(q, k, v, causal=causal, scale=scale, attn_mask=attn_mask)
+
+
+@mutant("backward", "GRAD-SPARSE", mistake="grad-sparse-minus-1-as-last-key")
+@with_backward(bug="sparse-minus-1-last")
+def sparse_backward_reads_minus_1_as_last_key(q, k, v, *, causal=True, scale=None,
+                                              enable_gqa=False, kv_indices=None):  # fmt: skip
+    """The forward skips empty slots; the backward gathers them, and -1 wraps to the last key:
+    it gets dk and dv, and the rows listing an empty slot a share of its gradient (FlashAttention
+    PR #2755)."""
+    return forward(q, k, v, causal=causal, scale=scale, kv_indices=kv_indices)
+
+
+@mutant("backward", "GRAD-SPARSE", mistake="grad-sparse-assigned")
+@with_backward(bug="sparse-assigned")
+def sparse_backward_assigns(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                            kv_indices=None):  # fmt: skip
+    """Stores each row's dk and dv contribution at its listed keys instead of adding it: a key
+    several rows select keeps the last one's (cudnn-frontend #384)."""
+    return forward(q, k, v, causal=causal, scale=scale, kv_indices=kv_indices)
 
 
 @mutant("backward", "GRAD-ALIBI", mistake="grad-bias-left-out")

@@ -1,9 +1,9 @@
-"""Zoo members for custom masks (attn_mask): the bugs reported in kernels that take one, and a
-correct road that is not the formula's own.
+"""Zoo members for custom masks (attn_mask) and index-sparse attention (kv_indices): the bugs
+reported in kernels that take them, and correct roads that are not the formula's own.
 
-Each member declares the mask by naming the ``attn_mask`` keyword, as any plain callable does,
-and follows :func:`tests.zoo.formula.attend_extended` with the spec's mask (spec.masks) except in
-the one step its docstring names. Rows a mask leaves no key give zeros, as declared by default.
+Each member declares what it takes by naming its keywords, as any plain callable does, and
+follows :func:`tests.zoo.formula.attend_extended` with the spec's mask (spec.masks) except in the
+one step its docstring names. Rows that see no key give zeros, as declared by default.
 """
 
 from __future__ import annotations
@@ -92,3 +92,68 @@ def custom_mask_row_by_row(q, k, v, *, causal=True, scale=None, attn_mask=None):
         scores = scores_of(row[None, None], k[b, h // group, keys][None, None], scale)
         out[b, h, i] = (softmax(scores) @ v[b, h // group, keys])[0, 0, 0]
     return out
+
+
+# --- index-sparse attention -----------------------------------------------------------------------
+
+
+def gathered(q, k, v, *, causal, scale, kv_indices, topk_length=None, as_set=True) -> np.ndarray:
+    """Each row over the keys its kv head's row lists, gathered slot by slot as a sparse kernel
+    does: the slots past topk_length dropped, -1 and future keys skipped, a key listed twice
+    once (``as_set``) or twice."""
+    tq, tk = q.shape[-2], k.shape[-2]
+    group = q.shape[1] // k.shape[1]
+    out = np.zeros((*q.shape[:-1], v.shape[-1]), q.dtype)
+    for b, h, i in np.ndindex(*q.shape[:-1]):
+        slots = kv_indices[b, h // group, i]
+        if topk_length is not None:
+            slots = slots[: topk_length[b]]
+        slots = slots[(slots >= 0) & ((slots <= i + tk - tq) if causal else True)]
+        if as_set:
+            slots = np.unique(slots)
+        if slots.size == 0:
+            continue
+        scores = scores_of(q[b, h, i][None, None, None], k[b, h // group, slots][None, None], scale)
+        out[b, h, i] = (softmax(scores) @ v[b, h // group, slots])[0, 0, 0]
+    return out
+
+
+@mutant("masking", "SPARSE-KEYS", mistake="sparse-empty-slot-as-key-0")
+def sparse_empty_slot_as_key_0(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                               kv_indices=None):  # fmt: skip
+    """Converts the indexer's -1 slots to 0 before the gather, so every row with an empty slot
+    also sees key 0 (vLLM PR #45324: decoding read block 0)."""
+    if kv_indices is None:
+        return attend_masked(q, k, v, causal=causal, scale=scale, attn_mask=None)
+    return gathered(q, k, v, causal=causal, scale=scale, kv_indices=np.maximum(kv_indices, 0))
+
+
+@mutant("masking", "SPARSE-KEYS", mistake="sparse-duplicates-counted")
+def sparse_duplicates_counted(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                              kv_indices=None):  # fmt: skip
+    """Softmax over the slots, not the keys: a key the indexer listed twice weighs twice
+    (cuDNN's multiset reference, in a kernel whose contract is a set)."""
+    if kv_indices is None:
+        return attend_masked(q, k, v, causal=causal, scale=scale, attn_mask=None)
+    return gathered(q, k, v, causal=causal, scale=scale, kv_indices=kv_indices, as_set=False)
+
+
+@mutant("masking", "SPARSE-TOPK", mistake="sparse-past-topk-read")
+def sparse_reads_past_topk(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                           kv_indices=None, topk_length=None):  # fmt: skip
+    """Takes topk_length and reads every slot anyway: the lanes past it are gathered unless the
+    caller set them to -1 (FlashInfer #5095)."""
+    if kv_indices is None:
+        return attend_masked(q, k, v, causal=causal, scale=scale, attn_mask=None)
+    return gathered(q, k, v, causal=causal, scale=scale, kv_indices=kv_indices)
+
+
+@correct_variant
+def sparse_gathered_row_by_row(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                               kv_indices=None, topk_length=None):  # fmt: skip
+    """Gathers each row's listed keys, as a sparse kernel does, instead of masking a dense
+    score matrix."""
+    if kv_indices is None:
+        return attend_masked(q, k, v, causal=causal, scale=scale, attn_mask=None)
+    return gathered(q, k, v, causal=causal, scale=scale, kv_indices=kv_indices,
+                    topk_length=topk_length)  # fmt: skip
