@@ -16,6 +16,7 @@ from conformance.judge.harness import Case, packed_rows
 from conformance.judge.mask_draws import MaskDraw
 from conformance.judge.tolerance import compare_lse, compare_merged
 from conformance.test_modifiers import SINKS, SLOPES
+from conformance.test_sparse import MLA_SCALE
 from spec.dtypes import round_to
 from spec.formula import accumulation_dtype, merge_states, naive_log_sum_exp
 from spec.state_mistakes import LseCall, MergeCall
@@ -78,6 +79,12 @@ WITH_FEATURES = {
     "sinks": SHAPES["prefill"].with_(sinks=SINKS),
     "key_lengths": SHAPES["decode"].with_(batch=2, key_lengths=(90, 37)),
     "paged": SHAPES["decode"].with_(batch=2, key_lengths=(90, 37), page_size=16),
+    # MLA's absorbed decode: one key/value head, D = 576, Dv = 512, DeepSeek's explicit scale;
+    # the log-sum-exp under the softmax's scale (TensorRT-LLM PR #19112: merged chunks off by 0.45)
+    "mla": Case(
+        batch=2, heads=16, kv_heads=1, tq=2, tk=160, head_dim=576, value_dim=512, scale=MLA_SCALE
+    ),
+    "explicit scale": SHAPES["prefill"].with_(scale=0.3),
     "custom mask": SHAPES["prefill"].with_(
         attn_mask=MaskDraw(0.3, per_head=True, own_key=True, seed=31)
     ),
@@ -157,6 +164,39 @@ def test_parts_over_split_keys_merge_into_the_whole(subject, dtype, split):
     merged, merged_lse = merge_states(np.stack(outputs), np.stack(lses))
     assert_matches_oracle(subject, case, merged, q, k, v, what="merged out")
     assert_lse_matches(subject, case, in_declared_base(subject, merged_lse), q, k, "merged lse")
+
+
+# Cascades: levels of keys, each earlier level shared by more requests, as a serving engine lays
+# out a system prompt, a few-shot block and each request's own tokens. (level sizes, queries)
+CASCADES = {
+    "prefix+suffix prefill": ((96, 24), 24),
+    "three levels decode": ((128, 40, 9), 1),
+}
+
+
+@pytest.mark.claim("CASCADE-LEVELS")
+@pytest.mark.parametrize("cascade", list(CASCADES))
+def test_a_cascade_of_levels_merges_into_causal_attention(subject, dtype, cascade):
+    levels, queries = CASCADES[cascade]
+    whole = subject.fit(Case(batch=3, heads=4, tq=queries, tk=sum(levels), head_dim=16,
+                             dtype=dtype))  # fmt: skip
+    q, k, v = subject.inputs(whole, spread=2.0)
+    bounds = np.cumsum((0, *levels))
+    shared = bounds[-2]  # every level but the last is shared by all three requests
+    k[:, :, :shared], v[:, :, :shared] = k[:1, :, :shared], v[:1, :, :shared]
+    outputs, lses = [], []
+    for level, (start, stop) in enumerate(itertools.pairwise(bounds)):
+        last = level == len(levels) - 1
+        part = whole.with_(tk=int(stop - start), causal=last)
+        out, lse = subject.call_with_lse(part, q, k[..., start:stop, :], v[..., start:stop, :])
+        outputs.append(out)
+        lses.append(lse)
+    if subject.client.capabilities.merges_states:
+        merged, _ = subject.merge(whole, np.stack(outputs), np.stack(lses))
+    else:
+        merged, _ = merge_states(np.stack(outputs), np.stack([natural(subject, x) for x in lses]))
+    assert_matches_oracle(subject, whole, merged, q, k, v, what="the cascade's merged out",
+                          diagnosable=False)  # fmt: skip
 
 
 def states(case: Case, rng: np.random.Generator, parts: int = 3):

@@ -133,6 +133,22 @@ def _lse_unscaled(call: LseCall) -> np.ndarray:
     return reference_log_sum_exp(call.q, call.k, **{**call.options, "scale": 1.0})
 
 
+@state_mistake(
+    "lse-default-scale",
+    "the log-sum-exp under the default scale 1/sqrt(D), not the call's own",
+    "the row max exported under another scale than the softmax's (TensorRT-LLM PR #19112: MLA's "
+    "scale, 1/sqrt(192) times mscale^2, against 1/sqrt(576))",
+    "lse",
+    lambda call: (
+        call.options.get("scale") is not None
+        and not math.isclose(call.options["scale"], call.q.shape[-1] ** -0.5)
+        and not call.options.get("softcap")
+    ),
+)
+def _lse_default_scale(call: LseCall) -> np.ndarray:
+    return reference_log_sum_exp(call.q, call.k, **{**call.options, "scale": None})
+
+
 # --- the merge -----------------------------------------------------------------------------------
 
 

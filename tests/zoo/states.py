@@ -95,6 +95,25 @@ def lse_of_unscaled_scores(q, k, v, *, causal=True, scale=None, return_lse=False
     )
 
 
+@mutant("partial states", "LSE-VALUE", mistake="lse-default-scale")
+def lse_under_the_default_scale(q, k, v, *, causal=True, scale=None, return_lse=False):
+    """The output under the call's scale, the log-sum-exp under 1/sqrt(D): a kernel whose row max
+    is exported from a pass with its own default scale (TensorRT-LLM PR #19112)."""
+    out = attend_with_lse(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
+    if not return_lse:
+        return out
+    _, lse = attend_with_lse(q, k, v, causal=causal, scale=None, return_lse=True)
+    return out[0], lse
+
+
+@mutant("partial states", "CASCADE-LEVELS", mistake="mask-on-non-causal-call")
+def causal_whatever_asked(q, k, v, *, causal=True, scale=None, return_lse=False):
+    """Applies the causal mask to every call, causal=False included: a decoder's kernel under a
+    general signature, which makes a cascade's shared prefix causal (its rows see only its first
+    keys), where only the last level is."""
+    return attend_with_lse(q, k, v, causal=True, scale=scale, return_lse=return_lse)
+
+
 @mutant("partial states", "LSE-VALUE", mistake="lse-max-not-added-back")
 def lse_without_the_max(q, k, v, *, causal=True, scale=None, return_lse=False):
     """Returns log(sum_j exp(x_j - m)), the running sum's log, without the row max m the kernel
