@@ -1,6 +1,6 @@
 """Extensions, custom masks: a boolean attn_mask, True where a query may see a key, intersected
 with the causal mask, a window and key lengths (MASK-CUSTOM, MASK-CUSTOM-INVARIANT,
-MASK-CUSTOM-AS-CAUSAL)."""
+MASK-CUSTOM-AS-CAUSAL), and speculative decoding's draft trees (MASK-TREE)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from conformance.judge.assertions import (
     assert_matches_oracle,
 )
 from conformance.judge.harness import Case
-from conformance.judge.mask_draws import MaskDraw
+from conformance.judge.mask_draws import MaskDraw, TreeDraw
 from conformance.judge.truth import CaseTruth
 from spec.masks import visible_keys
 
@@ -113,6 +113,16 @@ def test_each_row_sees_the_keys_its_mask_marks(subject, dtype, case):
         subject, case, np.where(blind[..., None], 0.0, out), q, k, v,
         truth=np.where(blind[..., None], 0.0, truth), diagnosable=False,
     )  # fmt: skip
+
+
+@pytest.mark.claim("MASK-TREE")
+@pytest.mark.parametrize("tree", ["chain", "star", "binary"])
+def test_each_draft_sees_the_cache_and_its_ancestors(subject, dtype, tree):
+    # 15 drafts (a full binary tree of depth 4) verified against a cache of 100 tokens
+    case = subject.fit(Case(batch=2, heads=2, tq=15, tk=115, head_dim=32, dtype=dtype,
+                            tree_mask=TreeDraw(tree)))  # fmt: skip
+    q, k, v = subject.inputs(case, spread=1.5)
+    assert_matches_oracle(subject, case, subject.call(case, q, k, v), q, k, v)
 
 
 @pytest.mark.claim("MASK-CUSTOM-INVARIANT")

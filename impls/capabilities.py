@@ -19,6 +19,7 @@ from spec.fp8 import (
     NAN_HANDLINGS,
     P_ROUNDINGS,
 )
+from spec.masks import LISTED_KEYWORDS
 
 # Where widely used kernels disagree on purpose, the contract names the conventions and accepts
 # each; an implementation may declare the one it follows (Capabilities.conventions), and the
@@ -130,7 +131,9 @@ SCORE_FEATURES = ("softcap", "alibi", "sinks", "chunked")
 STATE_FEATURES = ("lse", "paged")
 # The features whose call carries which keys each row sees as an array (spec.masks): a custom
 # mask, the keys each row lists and how many of them count.
-LISTED_FEATURES = ("custom_mask", "sparse", "topk_length")
+LISTED_FEATURES = tuple(
+    feature.name for feature in FEATURES if set(feature.keywords) & set(LISTED_KEYWORDS)
+)
 
 
 def every_extension_but(*features: str) -> dict[str, Any]:

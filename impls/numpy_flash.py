@@ -40,7 +40,15 @@ from impls.contract import (
 from impls.fp8_calls import is_fp8_call
 from impls.numpy_fp8 import FP8_QUERY_DTYPES, flash3_attention
 from spec.formula import merge_states
-from spec.masks import Grid, cut_to_item, extent_of, mask_options, prepared, visible
+from spec.masks import (
+    LISTED_KEYWORDS,
+    Grid,
+    cut_to_item,
+    extent_of,
+    mask_options,
+    prepared,
+    visible,
+)
 
 BLOCK_M = 64  # query rows per block: 4 warps x 16 rows in the tensor-core kernel
 BLOCK_N = 64  # keys per tile streamed through shared memory
@@ -57,7 +65,7 @@ class MaskOfTiles:
         self.grid = Grid.over(*extent_of(self.options, heads=heads), tq, tk)
         self.offset = tk - tq
         # kinds whose inputs say which tiles hold a visible key: a tile none is in is skipped
-        self.sparse = any(name in self.options for name in ("attn_mask", "kv_indices"))
+        self.sparse = any(self.options.get(name) is not None for name in LISTED_KEYWORDS)
 
     def seen(self, block_start, block_stop, start, stop) -> np.ndarray:
         """(B or 1, H or 1, bm, bn): True where a row of the block sees a key of the tile."""

@@ -41,7 +41,7 @@ from impls.fp8_calls import is_fp8_call
 from impls.machine import usable_cores
 from impls.numpy_fp8 import FP8_QUERY_DTYPES, dequantized_attention
 from spec.formula import repeat_kv_heads
-from spec.masks import cut_to_item, visible_keys
+from spec.masks import LISTED_KEYWORDS, cut_to_item, visible_keys
 
 try:
     from threadpoolctl import ThreadpoolController
@@ -86,16 +86,15 @@ class NumpyVectorised(NumpyArrays, Implementation):
     )
 
     def attention(
-        self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, attn_mask=None,
-        kv_indices=None, topk_length=None, **packing,
-    ):  # fmt: skip
+        self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **packing
+    ):
         if is_fp8_call(q, k, v, packing):
             extras = {"window": window, "key_lengths": key_lengths}
             extras = {name: value for name, value in extras.items() if value is not None}
             return dequantized_attention(self, q, k, v, causal=causal, scale=scale,
                                          **extras, **packing)  # fmt: skip
-        # the masks given as arrays: a custom mask, the keys each row lists
-        listed = dict(attn_mask=attn_mask, kv_indices=kv_indices, topk_length=topk_length)
+        # the masks given as arrays: a custom mask, a tree, the keys each row lists
+        listed = {name: packing.pop(name) for name in LISTED_KEYWORDS if name in packing}
         variant = dict(window=window, key_lengths=key_lengths, **listed)
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
         self.check_float_dtype(q)

@@ -14,7 +14,7 @@ import numpy as np
 from impls.contract import (
     ContractViolation,
 )
-from spec.masks import Grid, extent_of, mask_options, prepared, visible
+from spec.masks import LISTED_KEYWORDS, Grid, extent_of, mask_options, prepared, visible
 
 try:
     import torch
@@ -133,8 +133,8 @@ def visible_mask(tq: int, tk: int, device, *, causal=True, heads: int = 1, **mas
     sees key j: spec.masks' predicates, declared once, asked on torch tensors on ``device``;
     ``heads``: the call's query heads."""
     options = prepared({"causal": causal, **mask_options(mask)})
-    for name in ("attn_mask", "kv_indices"):  # NumPy arrays by the contract, or tensors
-        if name in options:
+    for name in LISTED_KEYWORDS:  # NumPy arrays by the contract, or tensors
+        if options.get(name) is not None:
             given = options[name]
             given = given if isinstance(given, torch.Tensor) else torch.as_tensor(given)
             options[name] = given.to(device)

@@ -21,6 +21,7 @@ from impls.torch_arrays import (
     visible_mask,
 )
 from impls.torch_fp8 import fp8_attention, is_torch_fp8_call
+from spec.masks import LISTED_KEYWORDS
 
 
 class TorchEager(TorchArrays, Implementation):
@@ -62,16 +63,16 @@ class TorchEager(TorchArrays, Implementation):
         return torch.softmax(scores, dim=-1)
 
     def attention(
-        self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, attn_mask=None,
-        kv_indices=None, topk_length=None, **packing,
-    ):  # fmt: skip
+        self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **packing
+    ):
         if is_torch_fp8_call(q, k, v, packing):
             extras = {"window": window, "key_lengths": key_lengths}
             extras = {name: value for name, value in extras.items() if value is not None}
             return fp8_attention(self.capabilities, q, k, v, causal=causal, scale=scale,
                                  **extras, **packing)  # fmt: skip
-        variant = dict(window=window, key_lengths=key_lengths, attn_mask=attn_mask,
-                       kv_indices=kv_indices, topk_length=topk_length)  # fmt: skip
+        # the masks given as arrays (spec.masks.LISTED_KEYWORDS) go into the boolean mask too
+        listed = {name: packing.pop(name) for name in LISTED_KEYWORDS if name in packing}
+        variant = dict(window=window, key_lengths=key_lengths, **listed)
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)
         split = self.each_item_or_sequence(
             q, k, v, causal=causal, scale=scale, **variant, **packing

@@ -22,6 +22,7 @@ from impls.torch_arrays import (
     torch,
     visible_mask,
 )
+from spec.masks import LISTED_KEYWORDS
 
 
 class TorchSdpa(TorchArrays, Implementation):
@@ -70,13 +71,11 @@ class TorchSdpa(TorchArrays, Implementation):
         key_lengths=None,
         chunk=None,
         alibi_slopes=None,
-        attn_mask=None,
-        kv_indices=None,
-        topk_length=None,
         **packing,
     ):
-        variant = dict(window=window, key_lengths=key_lengths, chunk=chunk, attn_mask=attn_mask,
-                       kv_indices=kv_indices, topk_length=topk_length)  # fmt: skip
+        # the masks given as arrays (spec.masks.LISTED_KEYWORDS) go into the boolean mask too
+        listed = {name: packing.pop(name) for name in LISTED_KEYWORDS if name in packing}
+        variant = dict(window=window, key_lengths=key_lengths, chunk=chunk, **listed)
         if alibi_slopes is not None:
             variant["alibi_slopes"] = alibi_slopes
         validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **variant, **packing)

@@ -171,6 +171,17 @@ FEATURES: tuple[Feature, ...] = (
         missing="attn_mask (a boolean mask of which keys each query sees)",
     ),
     Feature(
+        "tree_mask",
+        "tree_mask: a boolean array (B or 1, Tq, Tq), a NumPy array as block_table is: the Tq "
+        "query rows are draft tokens, the Tq newest keys theirs, and draft i sees every earlier "
+        "key and the drafts its row marks (its ancestors and itself in the draft tree); "
+        "intersected with the causal mask (TensorRT-LLM's and EAGLE's speculative decoding)",
+        keywords=("tree_mask",),
+        plain_keywords=("tree_mask",),
+        flag="tree mask",
+        missing="tree_mask (speculative decoding's draft tree)",
+    ),
+    Feature(
         "sparse",
         "kv_indices: an int32 or int64 array (B, Hkv, Tq, K), a NumPy array as block_table is: "
         "query row i of every query head of key/value head h' sees the keys its row lists, each "

@@ -96,6 +96,9 @@ class MaskKind:
     prepared: Callable[[dict], dict] | None = None
     # the options for one batch item's rows and keys alone (a call of its own)
     cut: Callable[[dict, int, slice, slice], dict] | None = None
+    # whether the call lists which keys each row sees in an array (a mask, indices): a kernel
+    # gets it as a NumPy array, and a tiled one may skip the tiles it lists nothing in
+    listed: bool = False
 
     def applies(self, options: dict) -> bool:
         if self.on is not None:
@@ -166,6 +169,40 @@ def custom_mask_sees(grid: Grid, options: dict):
     ]
 
 
+def _tree_mask_problem(options, dims: Dims) -> str | None:
+    tree = options["tree_mask"]
+    if not (hasattr(tree, "shape") and hasattr(tree, "dtype")) or "bool" not in str(tree.dtype):
+        return (
+            f"tree_mask is {type(tree).__name__} {getattr(tree, 'dtype', '')}, but should be a "
+            "boolean array"
+        )
+    if tree.ndim != 3 or tree.shape[0] not in (1, dims.batch) or tree.shape[1:] != (dims.tq,) * 2:
+        return (
+            f"tree_mask has shape {tuple(tree.shape)}, but should be (B or 1, Tq, Tq) = "
+            f"({dims.batch}, {dims.tq}, {dims.tq}): which of the Tq drafts each draft sees"
+        )
+    for keyword in ("cu_seqlens_q", "query_lengths", "block_table", "attn_mask", "kv_indices"):
+        if options.get(keyword) is not None:
+            return f"tree_mask with {keyword}: the contract defines it over a dense call"
+    return None
+
+
+def tree_mask_sees(grid: Grid, options: dict):
+    """Draft row i sees every key before the Tq drafts (the newest of its item's keys) and the
+    drafts its row of the tree marks."""
+    tree = options["tree_mask"]  # (B or 1, Tq, Tq)
+    tq = tree.shape[-1]
+    draft = grid.key - (grid.length - tq)  # which draft a key is; < 0: the prefix
+    in_drafts = draft >= 0
+    item = grid.batch * (tree.shape[0] != 1)
+    return ~in_drafts | tree[item, grid.row, draft * in_drafts]
+
+
+def _tree_mask_cut(options: dict, item: int, rows: slice, keys: slice) -> dict:
+    tree = options["tree_mask"]
+    return {**options, "tree_mask": tree[item : item + 1] if tree.shape[0] != 1 else tree}
+
+
 def _sparse_problem(options, dims: Dims) -> str | None:
     indices = options.get("kv_indices")
     if indices is None:
@@ -195,7 +232,7 @@ def _sparse_problem(options, dims: Dims) -> str | None:
                 f"topk_length={lengths.tolist()}, but each should be between 0 and "
                 f"K = {indices.shape[-1]}"
             )
-    for keyword in ("cu_seqlens_q", "query_lengths", "block_table", "attn_mask"):
+    for keyword in ("cu_seqlens_q", "query_lengths", "block_table", "attn_mask", "tree_mask"):
         if options.get(keyword) is not None:
             return f"kv_indices with {keyword}: the contract defines them over a dense call"
     return None
@@ -260,6 +297,16 @@ MASK_KINDS: tuple[MaskKind, ...] = (
         extent=lambda o: tuple(as_four_dims(o["attn_mask"]).shape[:2]),
         problem=_custom_mask_problem,
         cut=lambda o, item, rows, keys: _custom_mask_cut(o, item, rows, keys),
+        listed=True,
+    ),
+    MaskKind(
+        "tree_mask",
+        ("tree_mask",),
+        tree_mask_sees,
+        extent=lambda o: (o["tree_mask"].shape[0], 1),
+        problem=_tree_mask_problem,
+        cut=_tree_mask_cut,
+        listed=True,
     ),
     MaskKind(
         "kv_indices",
@@ -269,9 +316,12 @@ MASK_KINDS: tuple[MaskKind, ...] = (
         problem=_sparse_problem,
         prepared=_sparse_prepared,
         cut=_sparse_cut,
+        listed=True,
     ),
 )
 MASK_KEYWORDS = tuple(keyword for kind in MASK_KINDS for keyword in kind.keywords)
+# The keywords whose values list which keys each row sees, as arrays (MaskKind.listed).
+LISTED_KEYWORDS = tuple(keyword for kind in MASK_KINDS if kind.listed for keyword in kind.keywords)
 
 
 def mask_options(options: dict) -> dict:

@@ -36,6 +36,7 @@ from spec.masks import (
     extent_of,
     prepared,
     sparse_indices_sees,
+    tree_mask_sees,
     visible,
 )
 
@@ -66,6 +67,7 @@ class Call:
     sinks: tuple[float, ...] | None = None
     chunk: int | None = None
     attn_mask: np.ndarray | None = None  # (B or 1, H or 1, Tq, Tk), True where a query sees a key
+    tree_mask: np.ndarray | None = None  # (B or 1, Tq, Tq), which drafts each draft sees
     kv_indices: np.ndarray | None = None  # (B, Hkv, Tq, K), the keys each row lists, -1 none
     topk_length: tuple[int, ...] | None = None
     page_size: int | None = None  # k and v reached it as page pools (spec.formula.page_pool)
@@ -817,6 +819,31 @@ def _custom_mask_head_0(q, k, v, call):
 )
 def _custom_mask_without_causal(q, k, v, call):
     return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"causal": None}))
+
+
+@mistake(
+    "tree-mask-ignored",
+    "the draft tree ignored: each draft sees every earlier draft, as in plain causal attention",
+    "the tree mask dropped on one path, so speculative decoding verifies garbage (SGLang PR "
+    "#20278: EAGLE)",
+    lambda call: call.tree_mask is not None and call.tq > 1,
+)
+def _tree_mask_ignored(q, k, v, call):
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"tree_mask": None}))
+
+
+@mistake(
+    "tree-mask-transposed",
+    "the draft tree read transposed: each draft sees its descendants, not its ancestors",
+    "a (Tq, Tq) mask indexed [key, query] where [query, key] belongs",
+    lambda call: call.tree_mask is not None and call.tq > 1,
+)
+def _tree_mask_transposed(q, k, v, call):
+    def transposed(g, o):
+        return tree_mask_sees(g, {**o, "tree_mask": np.swapaxes(o["tree_mask"], -1, -2)})
+
+    visible = visible_keys_of(call, instead={"tree_mask": transposed})
+    return attend_with(q, k, v, call, visible=visible)
 
 
 # Index-sparse attention

@@ -308,6 +308,20 @@ REGIMES: tuple[Regime, ...] = (
             ),
         )
     ),
+    Regime(
+        "tree.chain",
+        "tree_mask",
+        ("MASK-TREE",),
+        "a chain of drafts (the tree is causal attention)",
+        "a tree kernel that is right only where the tree is the causal mask",
+    ),
+    Regime(
+        "tree.branching",
+        "tree_mask",
+        ("MASK-TREE",),
+        "a draft with two children or more",
+        "siblings seeing each other: a tree read as a chain",
+    ),
     *(
         Regime(f"sparse.{name}", "sparse", claims, what, why)
         for name, claims, what, why in (

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conformance.judge.mask_draws import IndexDraw, MaskDraw
+from conformance.judge.mask_draws import IndexDraw, MaskDraw, TreeDraw
 from conformance.judge.regimes import regimes_of_call, regimes_of_merge
 from conformance.run.recording import TestNotes
 from conformance.run.worker_clients import ImplementationBroke, ImplementationClient
@@ -52,6 +52,7 @@ class Case:
     sinks: tuple[float, ...] | None = None  # one per query head
     chunk: int | None = None
     attn_mask: MaskDraw | None = None  # the call gets the mask drawn for its shape
+    tree_mask: TreeDraw | None = None  # likewise: which drafts each draft sees
     kv_indices: IndexDraw | None = None  # likewise: the keys each row lists
     topk_length: tuple[int, ...] | None = None  # how many of each item's slots count
     return_lse: bool | None = None  # Subject.call_with_lse sets it
@@ -95,7 +96,9 @@ class Case:
         """The features' keyword arguments this case sets (none for the document's cases), a
         mask as the array drawn for the case's shape."""
         return {
-            name: value.for_case(self) if isinstance(value, MaskDraw | IndexDraw) else value
+            name: value.for_case(self)
+            if isinstance(value, MaskDraw | IndexDraw | TreeDraw)
+            else value
             for name, value in self.shown_variant.items()
         }
 

@@ -124,3 +124,37 @@ class IndexDraw:
         parts += [f"{self.unlisted_keys} keys listed by none"] if self.unlisted_keys else []
         parts += ["past topk_length rewritten"] if self.rewritten_past_topk else []
         return f"<{', '.join([*parts, self.dtype, f'seed {self.seed}'])}>"
+
+
+TREES = ("chain", "star", "binary")
+
+
+@dataclass(frozen=True)
+class TreeDraw:
+    """A draft tree of Tq tokens, as speculative decoding verifies one: draft i sees its
+    ancestors and itself. A chain is plain causal attention over the drafts, a star a root with
+    Tq - 1 children, a binary tree each draft i > 0 the child of (i - 1) // 2."""
+
+    shape: str = "binary"
+
+    def __post_init__(self) -> None:
+        if self.shape not in TREES:
+            raise ValueError(f"shape={self.shape!r}, but should be one of {TREES}")
+
+    def for_case(self, case) -> np.ndarray:
+        return self.array(case.tq)
+
+    def array(self, drafts: int) -> np.ndarray:
+        """(1, Tq, Tq): True where draft i sees draft j."""
+        parent = {
+            "chain": lambda i: i - 1,
+            "star": lambda i: 0,
+            "binary": lambda i: (i - 1) // 2,
+        }[self.shape]
+        tree = np.eye(drafts, dtype=bool)
+        for i in range(1, drafts):
+            tree[i] |= tree[parent(i)]  # a parent comes before its children
+        return tree[None]
+
+    def __str__(self) -> str:
+        return f"<a {self.shape} of drafts>"

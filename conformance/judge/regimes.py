@@ -157,8 +157,22 @@ def _sparse_regimes(case) -> set[str]:
     }  # fmt: skip
 
 
+def _tree_regimes(case) -> set[str]:
+    """Read off the tree: a draft's parent is the latest other draft it sees."""
+    tree = case.variant["tree_mask"][0]  # (Tq, Tq)
+    drafts = tree.shape[-1]
+    parents = [max((j for j in range(i) if tree[i, j]), default=-1) for i in range(drafts)]
+    children = np.bincount([p for p in parents if p >= 0], minlength=drafts)
+    drawn = {"tree.branching"} if (children >= 2).any() else set()
+    if np.array_equal(tree, np.tril(np.ones_like(tree))):
+        drawn.add("tree.chain")
+    return drawn
+
+
 def _mask_regimes(case) -> set[str]:
     drawn = _custom_mask_regimes(case) if case.attn_mask is not None else set()
+    if case.tree_mask is not None:
+        drawn |= _tree_regimes(case)
     if case.kv_indices is not None:
         drawn |= _sparse_regimes(case)
     if case.window is not None:

@@ -94,6 +94,30 @@ def custom_mask_row_by_row(q, k, v, *, causal=True, scale=None, attn_mask=None):
     return out
 
 
+# --- draft trees ---------------------------------------------------------------------------------
+
+
+def attend_tree(q, k, v, *, causal, scale, tree_mask) -> np.ndarray:
+    tq, tk = q.shape[-2], k.shape[-2]
+    visible = visible_keys(tq, tk, causal=causal, tree_mask=tree_mask)
+    return attend_extended(q, k, v, causal=causal, scale=scale, visible=visible)
+
+
+@mutant("masking", "MASK-TREE", mistake="tree-mask-ignored")
+def tree_mask_ignored(q, k, v, *, causal=True, scale=None, tree_mask=None):
+    """Takes the draft tree and attends causally over the drafts instead: right for a chain of
+    drafts, garbage for a tree (SGLang PR #20278: EAGLE's tree mask dropped)."""
+    return attend_tree(q, k, v, causal=causal, scale=scale, tree_mask=None)
+
+
+@mutant("masking", "MASK-TREE", mistake="tree-mask-transposed")
+def tree_mask_transposed(q, k, v, *, causal=True, scale=None, tree_mask=None):
+    """Reads the tree as [key, query]: each draft sees its descendants (the causal mask then
+    leaves it itself alone), not its ancestors."""
+    tree = None if tree_mask is None else np.swapaxes(tree_mask, -1, -2)
+    return attend_tree(q, k, v, causal=causal, scale=scale, tree_mask=tree)
+
+
 # --- index-sparse attention -----------------------------------------------------------------------
 
 
