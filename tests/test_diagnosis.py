@@ -12,6 +12,7 @@ import pytest
 
 from conformance.judge.diagnosis import conclude, locate, mismatch, spans
 from conformance.judge.harness import Case
+from conformance.judge.mask_draws import IndexDraw, MaskDraw, TreeDraw
 from conformance.judge.truth import CaseTruth, largest_finite
 from conformance.report.verdicts import WIDTH, shell_lines
 from spec.dtypes import UNIT_ROUNDOFF
@@ -67,7 +68,15 @@ CASES = [
     ((2, 2, 2, 5, 40, 16, 16), {"key_lengths": (40, 21), "page_size": 8}, None),
     # and groups of 3 query heads over each key/value head
     ((2, 6, 2, 1, 40, 16, 16), {"key_lengths": (40, 21), "page_size": 8, "enable_gqa": True}, None),
-]
+    # which keys a query sees, listed: a mask per item and head, a draft tree, indices
+    ((2, 4, 4, 12, 30, 16, 16), {"attn_mask": MaskDraw(0.4, per_head=True, own_key=True,
+                                                       seed=1).array(2, 4, 12, 30)}, None),
+    ((2, 2, 2, 7, 40, 16, 16), {"tree_mask": TreeDraw("binary").array(7)}, None),
+    ((2, 4, 2, 9, 40, 16, 16), {"enable_gqa": True, "kv_indices": IndexDraw(
+        keys=12, empty=0.3, duplicates=2, seed=1).array(2, 2, 9, 40)}, None),
+    ((2, 4, 2, 9, 40, 16, 16), {"enable_gqa": True, "topk_length": (12, 5), "kv_indices": IndexDraw(
+        keys=12, seed=2).array(2, 2, 9, 40)}, None),
+]  # fmt: skip
 
 
 def inputs(shape, treatment, rng):
@@ -163,6 +172,8 @@ def test_each_mutant_with_a_state_mistake_is_that_mistakes_variant(name):
         options = {"causal": True, "scale": None}
         if "sinks" in inspect.signature(member.fn).parameters:
             options["sinks"] = (0.5, 2.0, -np.inf)
+        if not mistake.shows(LseCall(q, k, options, base)):  # a mistake of an explicit scale
+            options["scale"] = 0.3
         _, lse = member.fn(q, k, v, return_lse=True, **options)
         got = [lse * np.log(2) if base == "2" else lse]
         call = LseCall(q, k, options, base)
@@ -212,6 +223,15 @@ def test_each_backward_mutant_is_its_mistakes_variant(name):
             options |= more
     packed = "cu_seqlens_q" in options
     batch, kv_heads = (1 if packed else 2), (2 if "enable_gqa" in declared else 4)
+    # which keys each row sees, listed: per head, some rows and keys left out; the sparse call
+    # without the causal mask, which would hide the last key (where a wrapped -1 lands)
+    if "attn_mask" in declared:
+        options["attn_mask"] = MaskDraw(0.3, per_head=True, blind_rows=3, hidden_keys=5,
+                                        seed=1).array(batch, 4, 40, 70)  # fmt: skip
+    if "kv_indices" in declared:
+        options["kv_indices"] = IndexDraw(keys=16, empty=0.2, duplicates=2, blind_rows=2,
+                                          seed=1).array(batch, kv_heads, 40, 70)  # fmt: skip
+        options["causal"] = False
     rng = np.random.default_rng(0)
     q, grad_out = (rng.standard_normal((batch, 4, 40, 16)) for _ in range(2))
     k, v = (rng.standard_normal((batch, kv_heads, 70, 16)) for _ in range(2))
