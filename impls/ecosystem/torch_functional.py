@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from impls.contract import Capabilities, Implementation
-from impls.torch_arrays import TorchArrays, bottom_right_mask, torch
+from impls.torch_arrays import TorchArrays, bottom_right_mask, torch, visible_mask
+from spec.masks import LISTED_KEYWORDS
 
 TORCH_DTYPES = ("float64", "float32", "float16", "bfloat16")
 
@@ -83,7 +86,10 @@ class FlexAttention(TorchArrays, Implementation):
     The features flex_attention is documented with: grouped heads (``enable_gqa``), a sliding
     window and chunks as further terms of the mask_mod, a softcap and ALiBi as a ``score_mod``
     (softcap first, as its examples' order), and ``return_lse``. Each distance is measured from
-    the query's position as the adapter's causal mask aligns it: top-left in the naive one."""
+    the query's position as the adapter's causal mask aligns it: top-left in the naive one. A
+    custom mask, a draft tree or the keys each row lists (spec.masks' listed kinds) become one
+    more term of the mask_mod, a lookup in the boolean (B, H, Tq, Tk) they make, with the block
+    mask built per item and head."""
 
     capabilities = Capabilities(
         dtypes=("float64", "float32"),
@@ -98,20 +104,33 @@ class FlexAttention(TorchArrays, Implementation):
     def __init__(self, bridged: bool):
         self.bridged = bridged
         self.name = "torch_flex_bridged" if bridged else "torch_flex_naive"
+        if bridged:  # the listed masks as a mask_mod term: the bridge's own work, not the docs'
+            self.capabilities = replace(
+                self.capabilities, custom_mask=True, tree_mask=True, sparse=True, topk_length=True
+            )
 
     def attention(
         self, q, k, v, *, causal=True, scale=None, window=None, chunk=None, softcap=None,
-        alibi_slopes=None, return_lse=False,
+        alibi_slopes=None, return_lse=False, **listed,
     ):  # fmt: skip
         import torch
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
         tq, tk = q.shape[-2], k.shape[-2]
         shift = tk - tq if self.bridged else 0
+        unknown = sorted(set(listed) - set(LISTED_KEYWORDS))
+        if unknown:
+            raise TypeError(f"attention() got unexpected keyword(s) {', '.join(unknown)}")
+        listed = {name: value for name, value in listed.items() if value is not None}
+        # (B, H, Tq, Tk) where the listed kinds let a query see a key: a lookup in the mask_mod
+        table = (visible_mask(tq, tk, q.device, causal=False, heads=q.shape[1], **listed)
+                 .expand(q.shape[0], q.shape[1], tq, tk) if listed else None)  # fmt: skip
 
         def mask_mod(b, h, q_idx, kv_idx):
             position = q_idx + shift
-            visible = position >= kv_idx
+            visible = position >= kv_idx if causal else kv_idx >= 0
+            if table is not None:
+                visible = visible & table[b, h, q_idx, kv_idx]
             if window is not None:
                 visible = visible & (position - kv_idx <= window)
             if chunk is not None:
@@ -131,9 +150,10 @@ class FlexAttention(TorchArrays, Implementation):
                 score = score - slopes[h] * (q_idx + shift - kv_idx).abs()
             return score
 
+        per_item = (q.shape[0], q.shape[1]) if table is not None else (None, None)
         block_mask = (
-            create_block_mask(mask_mod, None, None, tq, tk, device=str(q.device))
-            if causal
+            create_block_mask(mask_mod, *per_item, tq, tk, device=str(q.device))
+            if causal or table is not None
             else None
         )
         modified = softcap is not None or alibi_slopes is not None
