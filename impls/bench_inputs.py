@@ -19,11 +19,13 @@ HALF_WIDTH = 3**0.5  # uniform on [-sqrt(3), sqrt(3)): mean 0, variance 1, as ra
 
 
 def fresh_inputs(
-    seed: int, dims: tuple[int, int, int, int, int, int], dtype: str, grad_out: bool = False
-) -> tuple[np.ndarray, ...]:
+    seed: int, dims: tuple[int, int, int, int, int, int], dtype: str, grad_out: bool = False,
+    value_dim: int | None = None,
+) -> tuple[np.ndarray, ...]:  # fmt: skip
     """q (B, H, Tq, D), k and v (B, Hkv, Tk, D) for ``dims`` = (B, H, Hkv, Tq, Tk, D), drawn
     uniformly with variance 1, exact in ``dtype`` and held in spec.dtypes.numpy_storage(dtype);
-    with ``grad_out``, a fourth, the backward's dO (B, H, Tq, D).
+    with ``grad_out``, a fourth, the backward's dO (B, H, Tq, Dv). With ``value_dim``, v is k's
+    first Dv columns (a view), MLA's absorbed form.
 
     Uniform, not normal: the draw is part of every request's cost, which the judge measures and
     subtracts from its clock, so the cheaper and steadier the better (ANDREA's three arrays:
@@ -33,9 +35,12 @@ def fresh_inputs(
     draw_dtype = np.float64 if dtype == "float64" else np.float32
     shapes = ((batch, heads, tq, head_dim), (batch, kv_heads, tk, head_dim), None)
     if grad_out:
-        shapes += (shapes[0],)
+        shapes += ((batch, heads, tq, value_dim or head_dim),)
     drawn = []
-    for shape in shapes:
+    for index, shape in enumerate(shapes):
+        if index == 2 and value_dim is not None:
+            drawn.append(drawn[1][..., :value_dim])
+            continue
         x = rng.random(shape or shapes[1], dtype=draw_dtype)  # [0, 1)
         x -= 0.5
         x *= 2 * HALF_WIDTH

@@ -133,7 +133,7 @@ def visible_mask(tq: int, tk: int, device, *, causal=True, heads: int = 1, **mas
     sees key j: spec.masks' predicates, declared once, asked on torch tensors on ``device``;
     ``heads``: the call's query heads."""
     options = prepared({"causal": causal, **mask_options(mask)})
-    for name in LISTED_KEYWORDS:  # NumPy arrays by the contract, or tensors
+    for name in (*LISTED_KEYWORDS, "kv_members"):  # NumPy arrays by the contract, or tensors
         if options.get(name) is not None:
             given = options[name]
             given = given if isinstance(given, torch.Tensor) else torch.as_tensor(given)

@@ -16,6 +16,7 @@ from impls.contract import (
 from impls.torch_arrays import (
     TorchArrays,
     padding_zeroed,
+    query_positions,
     repeated_heads,
     torch,
     visible_mask,
@@ -79,5 +80,52 @@ class TorchEager(TorchArrays, Implementation):
         )
         if split is not None:
             return split
+        if variant.get("kv_indices") is not None and set(listed) <= {"kv_indices", "topk_length"}:
+            return gathered_attention(q, k, v, causal=causal, scale=scale, **variant)
         weights = self.attention_weights(q, k, causal=causal, scale=scale, **variant)
         return weights @ padding_zeroed(repeated_heads(q, v), key_lengths)  # (B, H, Tq, Dv)
+
+
+def gathered_attention(q, k, v, *, causal, scale, kv_indices, topk_length=None, window=None,
+                       key_lengths=None):  # fmt: skip
+    """Index-sparse attention as a sparse kernel computes it: each row's listed keys and values
+    gathered (B, Hkv, Tq, K, D), the scores of those alone, K per row instead of Tk. A key
+    listed twice counts once (its later slots are emptied), an empty slot (-1), a future key, a
+    key past the item's length or outside its window none; a row left nothing is NaN (0 / 0,
+    as empty_rows declares). Autograd flows through the gather."""
+    batch, heads, tq, dim = q.shape
+    kv_heads, tk = k.shape[1], k.shape[2]
+    slots = kv_indices.shape[-1]
+    given = kv_indices if isinstance(kv_indices, torch.Tensor) else torch.as_tensor(kv_indices)
+    indices = given.to(q.device).long()  # (B, Hkv, Tq, K)
+    if topk_length is not None:  # the slots past it emptied
+        counted = torch.tensor([int(n) for n in topk_length], device=q.device)
+        past = torch.arange(slots, device=q.device) >= counted[:, None, None, None]
+        indices = indices.masked_fill(past, -1)
+    ordered, _ = indices.sort(dim=-1)
+    repeated = torch.zeros_like(ordered, dtype=torch.bool)
+    repeated[..., 1:] = ordered[..., 1:] == ordered[..., :-1]
+    keys = ordered.masked_fill(repeated, -1)  # each listed key once
+    positions = query_positions(tq, tk, q.device, key_lengths)[:, None]  # (B or 1, 1, Tq, 1)
+    read = keys >= 0
+    if causal:
+        read &= keys <= positions
+    if window is not None:
+        read &= keys >= positions - window
+    if key_lengths is not None:
+        lengths = torch.tensor([int(n) for n in key_lengths], device=q.device)
+        read &= keys < lengths[:, None, None, None]
+    where = keys.clamp(min=0).reshape(batch, kv_heads, tq * slots, 1)
+    k_rows, v_rows = (
+        torch.gather(x, 2, where.expand(-1, -1, -1, x.shape[-1])).reshape(
+            batch, kv_heads, tq, slots, x.shape[-1]
+        )
+        for x in (k, v)
+    )  # (B, Hkv, Tq, K, D) and (.., Dv)
+    v_rows = v_rows.masked_fill(~read[..., None], 0)  # 0 x NaN is NaN: nothing unread reaches
+    grouped = q.reshape(batch, kv_heads, heads // kv_heads, tq, dim)  # (B, Hkv, g, Tq, D)
+    scores = torch.einsum("bngqd,bnqkd->bngqk", grouped, k_rows) * resolve_scale(scale, dim)
+    scores = scores.masked_fill(~read[:, :, None], float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    out = torch.einsum("bngqk,bnqkd->bngqd", weights, v_rows)
+    return out.reshape(batch, heads, tq, v.shape[-1])

@@ -301,7 +301,8 @@ def raised(exc: BaseException) -> Raised:
 
 def bench_call(
     impl, *, seed: int, dims: tuple, dtype: str, echo: bool = False, flush_cache: bool = True,
-    backward: bool = False, query_dtype: str | None = None, **keywords,
+    backward: bool = False, query_dtype: str | None = None, value_dim: int | None = None,
+    **keywords,
 ) -> Answer:  # fmt: skip
     """One timed call of attention on inputs drawn from ``seed`` (impls.bench_inputs), laid out
     as a plain call of the same keywords is (page pools where ``page_size`` is among them).
@@ -322,7 +323,7 @@ def bench_call(
         arrays = tuple(InputArray(x, d) for x, d in zip(drawn, dtypes, strict=True))
         keywords = {**keywords, **scales.keywords}
     else:
-        drawn = fresh_inputs(seed, dims, dtype, grad_out=backward)
+        drawn = fresh_inputs(seed, dims, dtype, grad_out=backward, value_dim=value_dim)
         arrays = tuple(InputArray(x, dtype) for x in drawn)
     call = Call("vjp" if backward else "attention", arrays, keywords)
     if "page_size" in keywords:

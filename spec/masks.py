@@ -240,20 +240,33 @@ def _sparse_problem(options, dims: Dims) -> str | None:
 
 def _sparse_prepared(options: dict) -> dict:
     """kv_indices with the slots past each item's topk_length emptied (-1): they do not count,
-    whatever they hold."""
+    whatever they hold; and, for NumPy indices, ``kv_members``: the rows' lists as a boolean
+    (B, Hkv, Tq, largest index + 1), which the predicate reads (one scatter, not a comparison of
+    every slot with every key)."""
     lengths = options.get("topk_length")
-    if lengths is None:  # prepared already, or nothing to prepare (a device tensor stays one)
-        return options
-    indices = np.asarray(options["kv_indices"])
-    past = np.arange(indices.shape[-1]) >= np.asarray(lengths)[:, None, None, None]
-    return {**options, "kv_indices": np.where(past, -1, indices), "topk_length": None}
+    if lengths is not None:
+        indices = np.asarray(options["kv_indices"])
+        past = np.arange(indices.shape[-1]) >= np.asarray(lengths)[:, None, None, None]
+        options = {**options, "kv_indices": np.where(past, -1, indices), "topk_length": None}
+    indices = options["kv_indices"]
+    if options.get("kv_members") is None and isinstance(indices, np.ndarray):
+        options = {**options, "kv_members": listed_members(indices)}
+    return options
+
+
+def listed_members(indices: np.ndarray) -> np.ndarray:
+    """(B, Hkv, Tq, largest index + 1): True where the row lists the key, once or more."""
+    size = int(indices.max(initial=-1)) + 1
+    members = np.zeros((*indices.shape[:-1], size + 1), bool)  # the last column: empty slots
+    np.put_along_axis(members, np.where(indices < 0, size, indices), True, axis=-1)
+    return members[..., :size]
 
 
 def _sparse_cut(options: dict, item: int, rows: slice, keys: slice) -> dict:
     indices = _sparse_prepared(options)["kv_indices"][item : item + 1, :, rows]
     # an index past the item's keys names its padding, which no row sees: an empty slot there
     indices = np.where(indices >= (keys.stop if keys.stop is not None else np.inf), -1, indices)
-    return {**options, "kv_indices": indices, "topk_length": None}
+    return {**options, "kv_indices": indices, "topk_length": None, "kv_members": None}
 
 
 def sparse_indices_sees(grid: Grid, options: dict):
@@ -261,6 +274,10 @@ def sparse_indices_sees(grid: Grid, options: dict):
     indices = options["kv_indices"]  # (B, Hkv, Tq, K), -1 an empty slot; prepared: no topk_length
     heads, kv_heads = grid.head.shape[1], indices.shape[1]
     kv_head = grid.head // (heads // kv_heads) if kv_heads > 1 else grid.head * 0
+    members = options.get("kv_members")  # (B, Hkv, Tq, size), where the caller made it
+    if members is not None:
+        inside = grid.key < members.shape[-1]  # a key past every index is listed by no row
+        return members[grid.batch, kv_head, grid.row, grid.key * inside] & inside
     listed = indices[grid.batch, kv_head, grid.row][..., 0, :]  # (B, H, Tq, K)
     # (B, H, Tq, 1, K) against (1, 1, 1, Tk, 1): listed anywhere in the row, once or twice
     return (listed[..., None, :] == grid.key[..., None]).sum(-1) > 0

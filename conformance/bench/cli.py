@@ -48,6 +48,7 @@ from conformance.run.worker_clients import (
 )
 from impls.registry import RegistryError
 from spec.dtypes import DTYPES
+from spec.features import FEATURES
 from spec.fp8 import FP8_FORMATS
 
 DEFAULT_BASELINES = {"cpu": "torch_sdpa", "cuda": "torch_sdpa_cuda"}
@@ -274,8 +275,16 @@ def refusal(
         return f"{client.name} does not declare head dim {shape.head_dim}"
     if shape.tq != shape.tk and not caps.cross_length:
         return f"{client.name} does not declare Tq != Tk"
+    if shape.value_dim is not None and shape.value_dim != shape.head_dim:
+        if not caps.distinct_value_dim:
+            return f"{client.name} does not declare Dv != D, which {shape.name} needs"
+        if dtype in FP8_FORMATS:
+            return f"{shape.name}'s v is k's first columns, which no FP8 call takes here"
     needed = (["gqa"] if shape.kv_heads != shape.heads else []) + [
-        {"window": "window", "page_size": "paged"}[keyword] for keyword in shape.keywords
+        feature.name
+        for keyword in shape.keywords
+        for feature in FEATURES
+        if keyword in feature.keywords or keyword in feature.plain_keywords
     ]
     missing = [feature for feature in needed if not caps.declares(feature)]
     if missing:

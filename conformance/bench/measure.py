@@ -96,6 +96,11 @@ class TimedSide:
     def __post_init__(self) -> None:
         self.choices = np.random.default_rng(secrets.randbits(64))  # the judge's, not the worker's
 
+    @property
+    def drawn(self) -> dict:
+        """How the inputs are drawn beyond their dims: v as k's first columns (MLA's)."""
+        return {} if self.shape.value_dim is None else {"value_dim": self.shape.value_dim}
+
     def _seed(self) -> int:
         return secrets.randbits(62) if self.fresh_inputs else 1
 
@@ -104,7 +109,7 @@ class TimedSide:
         seconds, output = self.client.bench_call(
             seed, self.shape.dims, self.dtype, echo=echo, flush_cache=self.flush_cache,
             causal=self.causal, backward=self.backward, query_dtype=self.query_dtype,
-            **self.shape.keywords,
+            **self.shape.keywords, **self.drawn,
         )  # fmt: skip
         return seconds, output, time.perf_counter() - started
 
@@ -156,7 +161,7 @@ class TimedSide:
             self.check_gradients(seed, output, heads, which)
             return
         out = np.asarray(output.array, np.float64)
-        expected = (self.shape.batch, self.shape.heads, self.shape.tq, self.shape.head_dim)
+        expected = (self.shape.batch, self.shape.heads, self.shape.tq, self.shape.out_dim)
         if out.shape != expected:
             raise WrongAnswer(
                 f"{self.client.name} returned shape {out.shape} in {which}, but should return "
@@ -165,7 +170,7 @@ class TimedSide:
         if self.dtype in FP8_FORMATS:
             self.check_fp8(seed, out, heads, which)
             return
-        q, k, v = fresh_inputs(seed, self.shape.dims, self.dtype)
+        q, k, v = fresh_inputs(seed, self.shape.dims, self.dtype, **self.drawn)
         group = self.shape.heads // self.shape.kv_heads
         pairs = self.shape.batch * self.shape.heads
         variant = {n: v for n, v in self.shape.keywords.items() if n != "page_size"}
@@ -173,9 +178,12 @@ class TimedSide:
             b, h = divmod(int(index), self.shape.heads)
             kv = slice(h // group, h // group + 1)
             inputs = (q[b : b + 1, h : h + 1], k[b : b + 1, kv], v[b : b + 1, kv])
+            one = dict(variant)
+            if "kv_indices" in one:  # the item's rows of its key/value head
+                one["kv_indices"] = one["kv_indices"][b : b + 1, kv]
             comparison = compare_to_oracle(
                 out[b : b + 1, h : h + 1], *(x.astype(np.float64) for x in inputs),
-                dtype=self.dtype, causal=self.causal, **variant,
+                dtype=self.dtype, causal=self.causal, **one,
             )  # fmt: skip
             self.worst_fraction = max(self.worst_fraction, comparison.budget_fraction)
             if not comparison.ok:
@@ -218,7 +226,7 @@ class TimedSide:
         """dq, dk, dv of the vjp call drawn from ``seed``, each group of query heads with its
         key/value head a backward of its own, against the float64 backward."""
         q, k, v, grad_out = (x.astype(np.float64) for x in fresh_inputs(
-            seed, self.shape.dims, self.dtype, grad_out=True))  # fmt: skip
+            seed, self.shape.dims, self.dtype, grad_out=True, **self.drawn))  # fmt: skip
         grads = [np.asarray(g.array, np.float64) for g in grads]
         for got, want in zip(grads, (q, k, v), strict=True):
             if got.shape != want.shape:

@@ -62,15 +62,26 @@ FORWARD_AND_BACKWARD_FLOPS = 3.5
 
 
 def call_flops(shape, causal: bool, backward: bool = False) -> float:
-    """The call's FLOPs: the forward's, or with ``backward`` the forward and backward's."""
-    flops = attention_flops(shape.batch, shape.heads, shape.tq, shape.tk, shape.head_dim, causal)
+    """The call's FLOPs: the forward's, or with ``backward`` the forward and backward's. Over the
+    keys each row reads (K of them under kv_indices, however many the cache holds, with no
+    causal halving: a row's K are its own), QK^T's D and PV's Dv counted each."""
+    listed = "kv_indices" in shape.keywords
+    mean_dim = (shape.head_dim + shape.out_dim) / 2
+    flops = attention_flops(shape.batch, shape.heads, shape.tq, shape.keys_read, mean_dim,
+                            causal and not listed)  # fmt: skip
     return flops * FORWARD_AND_BACKWARD_FLOPS if backward else flops
 
 
 def call_bytes(shape, dtype: str, backward: bool = False) -> float:
     """q, k, v read once and the output written once: the least any kernel moves; with
-    ``backward``, q, k, v and dO read and dq, dk, dv written."""
-    query_rows, key_rows = shape.heads * shape.tq, shape.kv_heads * shape.tk
+    ``backward``, q, k, v and dO read and dq, dk, dv written. Under kv_indices only the keys the
+    rows list (at most all of them); v as k's first columns (MLA's) is read with k."""
+    keys = min(shape.tk, shape.tq * shape.keys_read)
+    query_rows, key_rows = shape.heads * shape.tq, shape.kv_heads * keys
+    if shape.value_dim is not None:  # q and dq of D, the output and dO of Dv, one k holds v
+        per_query = shape.head_dim + shape.value_dim
+        elements = (2 if backward else 1) * (per_query * query_rows + shape.head_dim * key_rows)
+        return float(shape.batch * elements * item_size(dtype))
     rows = 3 * query_rows + 4 * key_rows if backward else 2 * query_rows + 2 * key_rows
     return float(shape.batch * shape.head_dim * rows * item_size(dtype))
 

@@ -447,9 +447,10 @@ class ImplementationClient:
         given = {"backward": True} if backward else {}
         if query_dtype is not None:  # an FP8 call in the key/value cache's convention
             given["query_dtype"] = query_dtype
+        scale = variant.pop("scale", None)  # a shape's explicit scale (MLA's), else the default
         return self.request(
             "bench_call", [], seed=seed, dims=tuple(dims), dtype=dtype, echo=echo,
-            flush_cache=flush_cache, causal=causal, scale=None, **given, **variant,
+            flush_cache=flush_cache, causal=causal, scale=scale, **given, **variant,
         )  # fmt: skip
 
     def merge_states(self, outputs, lses):
