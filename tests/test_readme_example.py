@@ -39,16 +39,19 @@ V_SCALE = " * np.reshape(v_scale, (-1, 1, 1))"
 FP8_HEADING = "## FP8: the scales, the formats, where P is rounded"
 BACKWARD_CLAIMS = ("OUT-GRAD", "MASK-GRAD", "GRAD-DETERMINISM")
 FP8_CLAIMS = ("FP8-SCALES", "FP8-FORMAT", "FP8-ACCURACY", "FP8-NAN")
+SPARSE_HEADING = "## Which keys a query sees: masks, draft trees, top-k indices, cascades"
+CAUSAL_TERM = " & ((j <= i) if causal else True)"
 
 
 @pytest.fixture(scope="module")
 def written_and_planted(tmp_path_factory):
-    """One run judging the README's backward example and its FP8 example as written, and each
-    with one thing left out (the row term of dS; v's scale), on their claims: (the report's
-    subjects by name, the run's output)."""
+    """One run judging the README's backward, FP8 and sparse examples as written, and each with
+    one thing left out (the row term of dS; v's scale; the causal mask), on their claims: (the
+    report's subjects by name, the run's output)."""
     examples = {
         "backward": (readme_backward_example(), ROW_TERM),
         "fp8": ("import numpy as np\n\n\n" + first_python_block(FP8_HEADING), V_SCALE),
+        "sparse": ("import numpy as np\n\n\n" + first_python_block(SPARSE_HEADING), CAUSAL_TERM),
     }
     directory = tmp_path_factory.mktemp("readme_examples")
     for name, (example, left_out) in examples.items():
@@ -59,7 +62,7 @@ def written_and_planted(tmp_path_factory):
     selectors = [f"{kind}_{name}:attention" for name in examples for kind in ("written", "planted")]
     run = run_suite(
         *("--impl", ",".join(selectors), "-n", "2"),
-        *("--claims", ",".join((*BACKWARD_CLAIMS, *FP8_CLAIMS))),
+        *("--claims", ",".join((*BACKWARD_CLAIMS, *FP8_CLAIMS, "SPARSE-KEYS"))),
         *("--report-json", str(report_path)),
         env_overrides={"PYTHONPATH": str(directory)},
     )
@@ -82,6 +85,14 @@ def test_the_readme_fp8_example_meets_the_fp8_claims_as_written(written_and_plan
     assert_met(subjects["written_fp8:attention"], FP8_CLAIMS)
     assert subjects["planted_fp8:attention"]["FP8-SCALES"]["verdict"] == "FAILED"
     assert "diagnosis: fp8-v-scale-dropped" in output, output[-4000:]
+
+
+def test_the_readme_sparse_example_meets_sparse_keys_as_written(written_and_planted):
+    """Written as the README shows it, the callable over each row's listed keys meets
+    SPARSE-KEYS; with the causal mask left out it fails it."""
+    subjects, _ = written_and_planted
+    assert_met(subjects["written_sparse:attention"], ("SPARSE-KEYS",))
+    assert subjects["planted_sparse:attention"]["SPARSE-KEYS"]["verdict"] == "FAILED"
 
 
 def test_the_readme_backward_is_judged_on_the_gradients_and_meets_them_as_written(
