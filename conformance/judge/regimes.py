@@ -14,7 +14,7 @@ import numpy as np
 
 from conformance.judge.truth import inputs_digest
 from impls.capabilities import LAYOUTS
-from spec.formula import keys_read_and_blind_rows
+from spec.formula import causal_mask, keys_read_and_blind_rows
 from spec.masks import as_four_dims
 from spec.regimes import FAR_ABOVE, FAR_BELOW, FAR_SCORES, LSE_NEAR_1000, SINK_FAR
 
@@ -164,7 +164,7 @@ def _tree_regimes(case) -> set[str]:
     parents = [max((j for j in range(i) if tree[i, j]), default=-1) for i in range(drafts)]
     children = np.bincount([p for p in parents if p >= 0], minlength=drafts)
     drawn = {"tree.branching"} if (children >= 2).any() else set()
-    if np.array_equal(tree, np.tril(np.ones_like(tree))):
+    if np.array_equal(tree, causal_mask(drafts, drafts)):
         drawn.add("tree.chain")
     return drawn
 
