@@ -4,18 +4,17 @@ MASK-CUSTOM-AS-CAUSAL), and speculative decoding's draft trees (MASK-TREE)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from conformance.judge.assertions import (
-    assert_empty_rows,
     assert_identical,
     assert_matches_oracle,
+    assert_output_and_empty_rows,
+    blind_rows_of,
 )
 from conformance.judge.harness import Case
 from conformance.judge.mask_draws import MaskDraw, TreeDraw
 from conformance.judge.truth import CaseTruth
-from spec.masks import visible_keys
 
 CUSTOM_CASES = {
     # a mask per item, causal and not: a kernel that reads item 0's mask for every item fails
@@ -86,13 +85,6 @@ CUSTOM_CASES = {
 }
 
 
-def blind_rows_of(case: Case) -> np.ndarray:
-    """(B, H, Tq): the rows that see no key under the case's mask and the rest."""
-    seen = visible_keys(case.tq, case.tk, causal=case.causal, heads=case.heads,
-                        **case.formula_variant)  # fmt: skip
-    return np.broadcast_to(~seen.any(axis=-1), case.q_shape[:-1])
-
-
 @pytest.mark.claim("MASK-CUSTOM")
 @pytest.mark.parametrize("case", list(CUSTOM_CASES.values()), ids=list(CUSTOM_CASES))
 def test_each_row_sees_the_keys_its_mask_marks(subject, dtype, case):
@@ -100,19 +92,7 @@ def test_each_row_sees_the_keys_its_mask_marks(subject, dtype, case):
     case = subject.fit(case.with_(dtype=dtype, poison_allocations=True))
     q, k, v = subject.inputs(case, spread=1.5)
     out = subject.call(case, q, k, v)
-    blind = blind_rows_of(case)
-    if not blind.any():
-        assert_matches_oracle(subject, case, out, q, k, v)
-        return
-    assert_empty_rows(subject, case, f"the {int(blind.sum())} rows that see no key", out[blind])
-    # The other rows against the truth, the blind ones set to 0 on both sides: what they hold
-    # is the convention's, held above.
-    truth = CaseTruth(q, k, v).attention(causal=case.causal, scale=case.scale,
-                                         **case.formula_variant)  # fmt: skip
-    assert_matches_oracle(
-        subject, case, np.where(blind[..., None], 0.0, out), q, k, v,
-        truth=np.where(blind[..., None], 0.0, truth), diagnosable=False,
-    )  # fmt: skip
+    assert_output_and_empty_rows(subject, case, out, q, k, v, blind_rows_of(case))
 
 
 @pytest.mark.claim("MASK-TREE")

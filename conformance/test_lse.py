@@ -10,13 +10,13 @@ import math
 import numpy as np
 import pytest
 
+from conformance.bench.shapes import MLA_SCALE
 from conformance.judge.assertions import assert_matches_oracle, assert_within_budget
 from conformance.judge.diagnosis import diagnose_lse, diagnose_merge
 from conformance.judge.harness import Case, packed_rows
 from conformance.judge.mask_draws import MaskDraw
 from conformance.judge.tolerance import compare_lse, compare_merged
 from conformance.test_modifiers import SINKS, SLOPES
-from conformance.test_sparse import MLA_SCALE
 from spec.dtypes import round_to
 from spec.formula import accumulation_dtype, merge_states, naive_log_sum_exp
 from spec.state_mistakes import LseCall, MergeCall
@@ -188,7 +188,10 @@ def test_a_cascade_of_levels_merges_into_causal_attention(subject, dtype, cascad
     for level, (start, stop) in enumerate(itertools.pairwise(bounds)):
         last = level == len(levels) - 1
         part = whole.with_(tk=int(stop - start), causal=last)
-        out, lse = subject.call_with_lse(part, q, k[..., start:stop, :], v[..., start:stop, :])
+        keys, values = k[..., start:stop, :], v[..., start:stop, :]
+        out, lse = subject.call_with_lse(part, q, keys, values)
+        # each level's own answer first: a wrong level is named as the mistake it makes
+        assert_matches_oracle(subject, part, out, q, keys, values, what=f"level {level}'s out")
         outputs.append(out)
         lses.append(lse)
     if subject.client.capabilities.merges_states:

@@ -4,25 +4,19 @@ key/value head sees, -1 an empty slot, intersected with the causal mask; topk_le
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from conformance.bench.shapes import MLA_SCALE
 from conformance.judge.assertions import (
-    assert_empty_rows,
     assert_identical,
-    assert_matches_oracle,
+    assert_output_and_empty_rows,
+    blind_rows_of,
 )
 from conformance.judge.harness import Case
 from conformance.judge.mask_draws import IndexDraw
-from conformance.judge.truth import CaseTruth
-from spec.masks import visible_keys
-
-# DeepSeek V3's softmax scale on MLA's absorbed shapes: 1 / sqrt(128 + 64) times mscale^2,
-# mscale = 0.1 ln(40) + 1 (YaRN); FlashMLA's default, 1 / sqrt(576), is another number.
-MLA_SCALE = (0.1 * math.log(40) + 1) ** 2 / math.sqrt(192)
 
 SPARSE_CASES = {
     # grouped heads, some slots empty, some keys listed twice
@@ -80,27 +74,10 @@ def mla_values(case: Case, k):
     return None
 
 
-def blind_rows_of(case: Case) -> np.ndarray:
-    """(B, H, Tq): the rows that see no key."""
-    seen = visible_keys(case.tq, case.tk, causal=case.causal, heads=case.heads,
-                        **case.formula_variant)  # fmt: skip
-    return np.broadcast_to(~seen.any(axis=-1), case.q_shape[:-1])
-
-
 def assert_sparse_output(subject, case: Case, out, q, k, v) -> None:
     """Rows that see no key hold the declared convention, the others the truth."""
     __tracebackhide__ = True
-    blind = blind_rows_of(case)
-    if not blind.any():
-        assert_matches_oracle(subject, case, out, q, k, v)
-        return
-    assert_empty_rows(subject, case, f"the {int(blind.sum())} rows that see no key", out[blind])
-    truth = CaseTruth(q, k, v).attention(causal=case.causal, scale=case.scale,
-                                         **case.formula_variant)  # fmt: skip
-    assert_matches_oracle(
-        subject, case, np.where(blind[..., None], 0.0, out), q, k, v,
-        truth=np.where(blind[..., None], 0.0, truth), diagnosable=False,
-    )  # fmt: skip
+    assert_output_and_empty_rows(subject, case, out, q, k, v, blind_rows_of(case))
 
 
 @pytest.mark.claim("SPARSE-KEYS")

@@ -266,7 +266,8 @@ def _sparse_cut(options: dict, item: int, rows: slice, keys: slice) -> dict:
     indices = _sparse_prepared(options)["kv_indices"][item : item + 1, :, rows]
     # an index past the item's keys names its padding, which no row sees: an empty slot there
     indices = np.where(indices >= (keys.stop if keys.stop is not None else np.inf), -1, indices)
-    return {**options, "kv_indices": indices, "topk_length": None, "kv_members": None}
+    kept = {name: value for name, value in options.items() if name != "kv_members"}
+    return {**kept, "kv_indices": indices, "topk_length": None}
 
 
 def sparse_indices_sees(grid: Grid, options: dict):

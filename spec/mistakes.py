@@ -864,9 +864,9 @@ def listed_counts(call: Call) -> np.ndarray:
     lambda call: call.kv_indices is not None and bool((call.kv_indices < 0).any()),
 )
 def _empty_slot_as_key_0(q, k, v, call):
-    def sees(g, o):
+    def sees(g, o):  # the rows' lists read anew, not the prepared ones (kv_members)
         indices = np.where(o["kv_indices"] < 0, 0, o["kv_indices"])
-        return sparse_indices_sees(g, {**o, "kv_indices": indices})
+        return sparse_indices_sees(g, {**o, "kv_indices": indices, "kv_members": None})
 
     return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"kv_indices": sees}))
 

@@ -19,6 +19,7 @@ from conformance.judge.tolerance import Comparison, compare_to_oracle
 from conformance.judge.truth import CaseTruth
 from conformance.run.worker_clients import ImplementationRaised
 from impls.contract import CONVENTIONS
+from spec.masks import visible_keys
 
 
 def fail(subject: Subject | Document, case: Case | None, message: str) -> None:
@@ -97,7 +98,7 @@ def judged(
     refuted = subject.client.refuted_mistakes
     finding = diagnose(
         out, q, k, v, case=case, comparison=comparison, truth=truth, pieces=pieces,
-        refuted_before=refuted,
+        refuted_before=refuted, empty_rows=subject.client.capabilities.empty_rows,
     )  # fmt: skip
     refuted.update(finding["refuted"])
     return comparison, finding
@@ -211,3 +212,25 @@ def assert_empty_rows(subject, case: Case, what: str, rows: np.ndarray) -> None:
     assert_identical(
         subject, case, f"{what} (it declares empty_rows={convention!r})", rows, expected
     )
+
+
+def blind_rows_of(case: Case) -> np.ndarray:
+    """(B, H, Tq): the rows that see no key under the case's mask and the rest."""
+    seen = visible_keys(case.tq, case.tk, causal=case.causal, heads=case.heads,
+                        **case.formula_variant)  # fmt: skip
+    return np.broadcast_to(~seen.any(axis=-1), case.q_shape[:-1])
+
+
+def assert_output_and_empty_rows(subject, case: Case, out, q, k, v, blind) -> None:
+    """``out`` against the truth, its rows that see no key (``blind``, (B, H, Tq)) against the
+    declared convention: within budget (a failure diagnosed), then those rows bit for bit."""
+    __tracebackhide__ = True
+    if not blind.any():
+        assert_matches_oracle(subject, case, out, q, k, v)
+        return
+    truth = CaseTruth(q, k, v).attention(causal=case.causal, scale=case.scale,
+                                         **case.formula_variant)  # fmt: skip
+    empty = 0.0 if subject.client.capabilities.empty_rows == "zeros" else np.nan
+    assert_matches_oracle(subject, case, out, q, k, v, truth=np.where(blind[..., None], empty,
+                                                                       truth))  # fmt: skip
+    assert_empty_rows(subject, case, f"the {int(blind.sum())} rows that see no key", out[blind])

@@ -66,12 +66,15 @@ def diagnose(
     truth: np.ndarray,
     pieces=None,
     refuted_before: set[str] = frozenset(),
+    empty_rows: str | None = None,
 ) -> dict:
     """The finding of one failing comparison of ``out`` (the implementation's answer to
     ``case`` on q, k, v) with ``truth``. ``pieces``, where the output was assembled from several
     calls along the query rows, lists each call as (case, q, k, v): a variant is then the
     variants of those calls, assembled the same way. ``refuted_before``: the mistakes an earlier
-    finding of the same implementation refuted, which nothing can name again: not computed."""
+    finding of the same implementation refuted, which nothing can name again: not computed.
+    ``empty_rows``: the implementation's convention for a row that sees no key, which a kernel
+    with a variant's bug also follows where that variant's row sees none (its 0 / 0)."""
     pieces = pieces or [(case, q, k, v)]
     if sum(work_of(piece) for piece, *_ in pieces) > DIAGNOSED_WORK:
         # Too large to compute every variant on: where the error lies, and no mistake either
@@ -105,7 +108,7 @@ def diagnose(
                 refuted.append(name)  # far better than that arithmetic: not what went wrong
                 continue
         else:
-            variant = assembled(mistake, calls)
+            variant = with_empty_rows(assembled(mistake, calls), empty_rows)
             if variant.shape != truth.shape or largest(mismatch(variant, truth)) <= (
                 comparison.allowed
             ):
@@ -258,6 +261,14 @@ def mistake_options(case) -> dict:
     and the page size where k and v reached the kernel as page pools (the truth needs none)."""
     paging = {} if case.page_size is None else {"page_size": case.page_size}
     return {**case.formula_variant, **paging}
+
+
+def with_empty_rows(out: np.ndarray, empty_rows: str | None) -> np.ndarray:
+    """``out`` with its rows that are NaN throughout (a row that saw no key: 0 / 0) as the
+    convention ``empty_rows`` says: zeros, or NaN as they are."""
+    if empty_rows != "zeros":
+        return out
+    return np.where(np.isnan(out).all(axis=-1, keepdims=True), 0.0, out)
 
 
 def assembled(mistake, calls, in_dtype: bool = False) -> np.ndarray:

@@ -51,7 +51,7 @@ def custom_mask_of_head_0(q, k, v, *, causal=True, scale=None, attn_mask=None):
     return attend_masked(q, k, v, causal=causal, scale=scale, attn_mask=mask)
 
 
-@mutant("masking", "MASK-CUSTOM", mistake="custom-mask-without-causal")
+@mutant("masking", "MASK-CUSTOM", mistake="custom-mask-without-causal", alike=("mask-missing",))
 def custom_mask_instead_of_causal(q, k, v, *, causal=True, scale=None, attn_mask=None):
     """Applies the mask instead of the causal mask when both are given (PyTorch's SDPA takes
     attn_mask or is_causal), so a row sees the future keys its mask marks."""
