@@ -51,8 +51,7 @@ def survey(implementations, cases) -> list[tuple[str, str, float, float]]:
 def gradient_cases() -> dict[str, tuple[Case, float]]:
     """Every gradient test's case by id, with its inputs' spread: OUT-GRAD's
     (conformance/test_output.py) and each feature's (conformance/test_gradients.py)."""
-    from conformance.test_gradients import BACKWARD_CASES
-    from conformance.test_output import GRADIENT_CASES
+    from conformance.judge.tables import BACKWARD_CASES, GRADIENT_CASES
 
     return {
         **{f"OUT-GRAD {name}": case for name, case in GRADIENT_CASES.items()},
@@ -96,7 +95,7 @@ def survey_fp8(implementations, seeds) -> list[tuple]:
     FP8_CALLS) as it draws it from each seed, per implementation declaring FP8 and output dtype
     (a descale call's declared, a key/value cache call's q's)."""
     from conformance.judge.fp8 import call_fp8, compare_fp8, output_dtype
-    from conformance.test_fp8 import FP8_CALLS
+    from conformance.judge.fp8_calls import FP8_CALLS
 
     rows = []
     for impl in implementations:

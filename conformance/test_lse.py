@@ -15,8 +15,8 @@ from conformance.judge.assertions import assert_matches_oracle, assert_within_bu
 from conformance.judge.diagnosis import diagnose_lse, diagnose_merge
 from conformance.judge.harness import Case, packed_rows
 from conformance.judge.mask_draws import MaskDraw
+from conformance.judge.tables import SINKS, SLOPES
 from conformance.judge.tolerance import compare_lse, compare_merged
-from conformance.test_modifiers import SINKS, SLOPES
 from spec.dtypes import round_to
 from spec.formula import accumulation_dtype, merge_states, naive_log_sum_exp
 from spec.state_mistakes import LseCall, MergeCall

@@ -12,6 +12,7 @@ import pytest
 
 from conformance.judge.assertions import assert_matches_oracle
 from conformance.judge.harness import Case
+from conformance.judge.tables import SINKS, SLOPES
 
 HEADS = 4  # the per-head parameters below have one value each
 SHAPES = {
@@ -20,11 +21,6 @@ SHAPES = {
     "Tq<Tk": Case(batch=1, heads=HEADS, tq=7, tk=48, head_dim=16),
     "non-causal": Case(batch=1, heads=HEADS, tq=33, head_dim=16, causal=False),
 }
-# Steeper than ALiBi's 2^(-8h/H) for H = 4, so that the bias outweighs the scores within a few
-# keys: a wrong sign or a wrong query position changes the output, not only its last digits.
-SLOPES = (1.0, 0.5, 0.25, 0.125)
-# Comparable to unit scores; the last head has no sink (-inf): there it is plain attention.
-SINKS = (0.5, 2.0, -1.0, -np.inf)
 
 
 def check_formula(subject, dtype, case: Case, spread: float = 1.0) -> None:

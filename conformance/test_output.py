@@ -15,6 +15,7 @@ from conformance.judge.gradients import assert_backward_of
 from conformance.judge.harness import Case
 from conformance.judge.measurements import ANDREA
 from conformance.judge.strategies import cases, data_seeds
+from conformance.judge.tables import GRADIENT_CASES
 from conformance.judge.tolerance import (
     compare_to_oracle,
     max_error,
@@ -220,21 +221,6 @@ def test_andrea_heads_in_parallel_equal_heads_one_at_a_time(subject, dtype):
             f"concat(heads) @ W_O differs from the truth by "
             f"{error:.3e} at {index}, but should be within {allowed:.3e}",
         )
-
-
-# The backward's regimes of the plain formula (spec.regimes.BACKWARD_REGIMES): keys not a
-# multiple of a tile and above one, many tiles, scores far from zero
-# (FlashAttention's bwd_overflow lengths), with and without the mask, Tq < Tk and Tq = Tk.
-GRADIENT_CASES = {
-    "causal": (Case(batch=2, heads=2, tq=37, tk=53, head_dim=16), 1.0),
-    "non-causal": (Case(batch=2, heads=2, tq=37, tk=53, head_dim=16, causal=False), 1.0),
-    "Tk=203": (Case(batch=2, heads=2, tq=113, tk=203, head_dim=16), 1.0),
-    "Tk=1023": (Case(heads=1, tq=17, tk=1023, head_dim=16), 1.0),
-    "far-scores": (Case(heads=2, tq=5, tk=17, head_dim=16), 4.0),
-    # Tq = Tk: self-attention, the one call a training kernel declaring no cross_length is given
-    "self-attention": (Case(batch=2, heads=2, tq=53, head_dim=16), 1.0),
-    "self-attention-T=203": (Case(heads=2, tq=203, head_dim=16), 1.0),
-}
 
 
 @pytest.mark.claim("OUT-GRAD")

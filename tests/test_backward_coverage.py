@@ -3,8 +3,7 @@ as most training kernels, once had its backward judged by MASK-GRAD's zeros alon
 
 from __future__ import annotations
 
-from conformance.test_gradients import BACKWARD_CASES
-from conformance.test_output import GRADIENT_CASES
+from conformance.judge.tables import BACKWARD_CASES, GRADIENT_CASES
 from tests.suite_process import run_suite
 
 

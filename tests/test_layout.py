@@ -132,6 +132,40 @@ def test_the_import_scan_sees_a_planted_upward_import():
         planted.unlink(missing_ok=True)
 
 
+def is_test_module(module: str) -> bool:
+    """A module of tests: the suite's (conformance.test_*) or the project's (tests.*)."""
+    return module.startswith("tests.") or module.split(".")[-1].startswith("test_")
+
+
+def imports_of_tests(path: Path) -> list[str]:
+    """Where a product module (not a test) imports a test module: tables a tool reads live in
+    conformance.judge, not beside the tests that run them."""
+    if is_test_module(module_name(path)) or module_name(path).startswith("perf"):
+        return []
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        f"{path.relative_to(ROOT)}:{line} imports {imported}"
+        for line, imported in imported_modules(tree)
+        if is_test_module(imported)
+    ]
+
+
+def test_no_product_module_imports_a_test_module():
+    problems = [problem for path in project_modules() for problem in imports_of_tests(path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_test_import_scan_sees_a_planted_import():
+    planted = ROOT / "conformance" / "_planted_for_test_layout.py"
+    try:
+        planted.write_text("from conformance.test_gradients import BACKWARD_CASES\n")
+        assert imports_of_tests(planted) == [
+            "conformance/_planted_for_test_layout.py:1 imports conformance.test_gradients"
+        ]
+    finally:
+        planted.unlink(missing_ok=True)
+
+
 def import_graph(paths: list[Path]) -> dict[str, set[str]]:
     """Module -> the project's modules it imports, at any depth of its code (an import inside a
     function closes a circle as surely as one at the top); ``from package import name`` imports
