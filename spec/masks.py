@@ -145,15 +145,23 @@ def _custom_mask_problem(options, dims: Dims) -> str | None:
             f"attn_mask has shape {given}, but should broadcast to (B, H, Tq, Tk) = {shape}: "
             "(Tq, Tk), (B or 1, Tq, Tk) or (B or 1, H or 1, Tq, Tk)"
         )
-    for keyword, what in (
-        ("cu_seqlens_q", "packed sequences"),
-        ("query_lengths", "padded query rows"),
-        ("block_table", "a paged cache"),
-    ):
+    return _dense_only("attn_mask", options)
+
+
+# What a listed mask is not defined with: the contract defines each over a dense call.
+NOT_DENSE = {"cu_seqlens_q": "packed sequences", "query_lengths": "padded query rows",
+             "block_table": "a paged cache"}  # fmt: skip
+
+
+def _dense_only(name: str, options: dict, *others: str) -> str | None:
+    """Why ``name`` cannot be given with what the call also gives, or None: not with packed
+    sequences, padded query rows or pages, nor with the listed kinds ``others``."""
+    for keyword, what in (*NOT_DENSE.items(), *((other, "") for other in others)):
         if options.get(keyword) is not None:
+            given = f"{what} ({keyword})" if what else keyword
             return (
-                f"attn_mask with {what} ({keyword}): the contract defines a mask over a dense "
-                "call's (B, H, Tq, Tk), with key lengths or without"
+                f"{name} with {given}: the contract defines it over a dense call's "
+                "(B, H, Tq, Tk), with key lengths or without"
             )
     return None
 
@@ -181,10 +189,7 @@ def _tree_mask_problem(options, dims: Dims) -> str | None:
             f"tree_mask has shape {tuple(tree.shape)}, but should be (B or 1, Tq, Tq) = "
             f"({dims.batch}, {dims.tq}, {dims.tq}): which of the Tq drafts each draft sees"
         )
-    for keyword in ("cu_seqlens_q", "query_lengths", "block_table", "attn_mask", "kv_indices"):
-        if options.get(keyword) is not None:
-            return f"tree_mask with {keyword}: the contract defines it over a dense call"
-    return None
+    return _dense_only("tree_mask", options, "attn_mask", "kv_indices")
 
 
 def tree_mask_sees(grid: Grid, options: dict):
@@ -232,10 +237,7 @@ def _sparse_problem(options, dims: Dims) -> str | None:
                 f"topk_length={lengths.tolist()}, but each should be between 0 and "
                 f"K = {indices.shape[-1]}"
             )
-    for keyword in ("cu_seqlens_q", "query_lengths", "block_table", "attn_mask", "tree_mask"):
-        if options.get(keyword) is not None:
-            return f"kv_indices with {keyword}: the contract defines them over a dense call"
-    return None
+    return _dense_only("kv_indices", options, "attn_mask", "tree_mask")
 
 
 def _sparse_prepared(options: dict) -> dict:

@@ -789,26 +789,26 @@ def _custom_mask_ignored(q, k, v, call):
     return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"attn_mask": None}))
 
 
-@mistake(
-    "custom-mask-of-item-0",
-    "every batch item read with item 0's mask",
+def _custom_mask_of_first_mistake(axis: str, index: int, text: str, hint: str) -> None:
+    """Register the mistake of reading every item's (or head's) rows with the first one's mask."""
+
+    def attend(q, k, v, call):
+        twin = _custom_mask_of_first(axis)
+        visible = visible_keys_of(call, instead={"attn_mask": twin})
+        return attend_with(q, k, v, call, visible=visible)
+
+    mistake(f"custom-mask-of-{axis.replace('batch', 'item')}-0", text, hint,
+            lambda call: _custom_mask_spans(call, index))(attend)  # fmt: skip
+
+
+_custom_mask_of_first_mistake(
+    "batch", 0, "every batch item read with item 0's mask",
     "a mask pointer not advanced by the batch stride, or a mask buffer kept from the first item",
-    lambda call: _custom_mask_spans(call, 0),
-)
-def _custom_mask_item_0(q, k, v, call):
-    twin = _custom_mask_of_first("batch")
-    return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"attn_mask": twin}))
-
-
-@mistake(
-    "custom-mask-of-head-0",
-    "every query head read with head 0's mask",
+)  # fmt: skip
+_custom_mask_of_first_mistake(
+    "head", 1, "every query head read with head 0's mask",
     "a per-head mask broadcast from its first head, or indexed by the key/value head",
-    lambda call: _custom_mask_spans(call, 1),
-)
-def _custom_mask_head_0(q, k, v, call):
-    twin = _custom_mask_of_first("head")
-    return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"attn_mask": twin}))
+)  # fmt: skip
 
 
 @mistake(
