@@ -78,8 +78,9 @@ def assert_identical(
 
 
 def judged(
-    subject: Subject, case: Case, out, q, k, v, *, truth=None, pieces=None, diagnosable=True
-) -> tuple[Comparison, dict | None]:
+    subject: Subject, case: Case, out, q, k, v, *, truth=None, pieces=None, diagnosable=True,
+    blind=None,
+) -> tuple[Comparison, dict | None]:  # fmt: skip
     """``out``, the answer to ``case`` on q, k, v, against ``truth`` (the oracle's by default),
     and where it misses its budget, the finding of its diagnosis: the mistakes the subject's
     earlier findings in this process refuted are not computed again (its client keeps them:
@@ -98,7 +99,7 @@ def judged(
     refuted = subject.client.refuted_mistakes
     finding = diagnose(
         out, q, k, v, case=case, comparison=comparison, truth=truth, pieces=pieces,
-        refuted_before=refuted, empty_rows=subject.client.capabilities.empty_rows,
+        refuted_before=refuted, empty_rows=subject.client.capabilities.empty_rows, blind=blind,
     )  # fmt: skip
     refuted.update(finding["refuted"])
     return comparison, finding
@@ -187,18 +188,21 @@ def assert_matches_oracle(
     what: str = "out",
     pieces: list[tuple] | None = None,
     diagnosable: bool = True,
+    blind=None,
 ) -> Comparison:
     """``out`` is attention(q, k, v) - or ``truth``, where the test knows it another way - within
     the tolerance budget for the case's dtype; where it is not, the failure names the catalogued
     mistake its output matches, or where its error lies. ``pieces``: the calls, as (case, q, k, v),
     whose outputs were joined along the query rows into ``out``, where it was not one call.
     ``diagnosable=False``: ``out`` is cut from a call that is not ``case`` and that no variant
-    computes; a failure then says only where its errors lie."""
+    computes; a failure then says only where its errors lie. ``blind``: the rows (B, H, Tq) that
+    see no key, where ``truth`` holds the declared convention."""
     __tracebackhide__ = True
     assert_shape(subject, case, f"{what}.shape", out.shape, case.out_shape)
     comparison, finding = judged(
-        subject, case, out, q, k, v, truth=truth, pieces=pieces, diagnosable=diagnosable
-    )
+        subject, case, out, q, k, v, truth=truth, pieces=pieces, diagnosable=diagnosable,
+        blind=blind,
+    )  # fmt: skip
     assert_within_budget(subject, case, what, comparison, finding)
     return comparison
 
@@ -231,6 +235,6 @@ def assert_output_and_empty_rows(subject, case: Case, out, q, k, v, blind) -> No
     truth = CaseTruth(q, k, v).attention(causal=case.causal, scale=case.scale,
                                          **case.formula_variant)  # fmt: skip
     empty = 0.0 if subject.client.capabilities.empty_rows == "zeros" else np.nan
-    assert_matches_oracle(subject, case, out, q, k, v, truth=np.where(blind[..., None], empty,
-                                                                       truth))  # fmt: skip
+    truth = np.where(blind[..., None], empty, truth)
+    assert_matches_oracle(subject, case, out, q, k, v, truth=truth, blind=blind)
     assert_empty_rows(subject, case, f"the {int(blind.sum())} rows that see no key", out[blind])
