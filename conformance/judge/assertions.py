@@ -78,9 +78,8 @@ def assert_identical(
 
 
 def judged(
-    subject: Subject, case: Case, out, q, k, v, *, truth=None, pieces=None, diagnosable=True,
-    blind=None,
-) -> tuple[Comparison, dict | None]:  # fmt: skip
+    subject: Subject, case: Case, out, q, k, v, *, truth=None, pieces=None, diagnosable=True
+) -> tuple[Comparison, dict | None]:
     """``out``, the answer to ``case`` on q, k, v, against ``truth`` (the oracle's by default),
     and where it misses its budget, the finding of its diagnosis: the mistakes the subject's
     earlier findings in this process refuted are not computed again (its client keeps them:
@@ -99,7 +98,7 @@ def judged(
     refuted = subject.client.refuted_mistakes
     finding = diagnose(
         out, q, k, v, case=case, comparison=comparison, truth=truth, pieces=pieces,
-        refuted_before=refuted, empty_rows=subject.client.capabilities.empty_rows, blind=blind,
+        refuted_before=refuted, empty_rows=subject.client.capabilities.empty_rows,
     )  # fmt: skip
     refuted.update(finding["refuted"])
     return comparison, finding
@@ -188,21 +187,18 @@ def assert_matches_oracle(
     what: str = "out",
     pieces: list[tuple] | None = None,
     diagnosable: bool = True,
-    blind=None,
 ) -> Comparison:
     """``out`` is attention(q, k, v) - or ``truth``, where the test knows it another way - within
     the tolerance budget for the case's dtype; where it is not, the failure names the catalogued
     mistake its output matches, or where its error lies. ``pieces``: the calls, as (case, q, k, v),
     whose outputs were joined along the query rows into ``out``, where it was not one call.
     ``diagnosable=False``: ``out`` is cut from a call that is not ``case`` and that no variant
-    computes; a failure then says only where its errors lie. ``blind``: the rows (B, H, Tq) that
-    see no key, where ``truth`` holds the declared convention."""
+    computes; a failure then says only where its errors lie."""
     __tracebackhide__ = True
     assert_shape(subject, case, f"{what}.shape", out.shape, case.out_shape)
     comparison, finding = judged(
-        subject, case, out, q, k, v, truth=truth, pieces=pieces, diagnosable=diagnosable,
-        blind=blind,
-    )  # fmt: skip
+        subject, case, out, q, k, v, truth=truth, pieces=pieces, diagnosable=diagnosable
+    )
     assert_within_budget(subject, case, what, comparison, finding)
     return comparison
 
@@ -236,5 +232,5 @@ def assert_output_and_empty_rows(subject, case: Case, out, q, k, v, blind) -> No
                                          **case.formula_variant)  # fmt: skip
     empty = 0.0 if subject.client.capabilities.empty_rows == "zeros" else np.nan
     truth = np.where(blind[..., None], empty, truth)
-    assert_matches_oracle(subject, case, out, q, k, v, truth=truth, blind=blind)
+    assert_matches_oracle(subject, case, out, q, k, v, truth=truth)
     assert_empty_rows(subject, case, f"the {int(blind.sum())} rows that see no key", out[blind])

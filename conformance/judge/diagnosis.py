@@ -67,16 +67,14 @@ def diagnose(
     pieces=None,
     refuted_before: set[str] = frozenset(),
     empty_rows: str | None = None,
-    blind=None,
 ) -> dict:
     """The finding of one failing comparison of ``out`` (the implementation's answer to
     ``case`` on q, k, v) with ``truth``. ``pieces``, where the output was assembled from several
     calls along the query rows, lists each call as (case, q, k, v): a variant is then the
     variants of those calls, assembled the same way. ``refuted_before``: the mistakes an earlier
     finding of the same implementation refuted, which nothing can name again: not computed.
-    ``blind`` (B, H, Tq), where given: the rows that see no key, whose truth is the convention
-    ``empty_rows`` the implementation declares; a kernel with a variant's bug follows it there
-    too, where that variant's row sees none either (its 0 / 0)."""
+    ``empty_rows``: the convention the implementation declares for a row that sees no key, which
+    a kernel with a variant's bug follows where that variant's row sees none (its 0 / 0)."""
     pieces = pieces or [(case, q, k, v)]
     if sum(work_of(piece) for piece, *_ in pieces) > DIAGNOSED_WORK:
         # Too large to compute every variant on: where the error lies, and no mistake either
@@ -110,7 +108,7 @@ def diagnose(
                 refuted.append(name)  # far better than that arithmetic: not what went wrong
                 continue
         else:
-            variant = with_empty_rows(assembled(mistake, calls), empty_rows, blind)
+            variant = with_empty_rows(assembled(mistake, calls), out, empty_rows)
             if variant.shape != truth.shape or largest(mismatch(variant, truth)) <= (
                 comparison.allowed
             ):
@@ -265,16 +263,15 @@ def mistake_options(case) -> dict:
     return {**case.formula_variant, **paging}
 
 
-def with_empty_rows(out: np.ndarray, empty_rows: str | None, blind) -> np.ndarray:
-    """``out`` with its ``blind`` rows (B, H, Tq) that are NaN throughout (a row that saw no key:
-    0 / 0) as the convention ``empty_rows`` says: zeros, or NaN as they are. Other NaN rows (an
-    overflow) stay what they are."""
-    if empty_rows != "zeros" or blind is None:
-        return out
-    unseen = np.broadcast_to(blind, out.shape[:-1])[..., None] & np.isnan(out).all(
-        -1, keepdims=True
-    )
-    return np.where(unseen, 0.0, out)
+def with_empty_rows(variant: np.ndarray, out: np.ndarray, empty_rows: str | None) -> np.ndarray:
+    """``variant`` with each row it leaves NaN throughout (its row saw no key: 0 / 0) where the
+    output wrote the declared empty row, zeros, taken as that empty row: the variant's bug in a
+    kernel that follows its convention. A NaN row the output did not zero (an overflow) stays;
+    under the NaN convention NaN against NaN agrees already."""
+    if empty_rows != "zeros" or variant.shape != np.shape(out):
+        return variant
+    unseen = np.isnan(variant).all(axis=-1, keepdims=True) & (out == 0).all(axis=-1, keepdims=True)
+    return np.where(unseen, 0.0, variant)
 
 
 def assembled(mistake, calls, in_dtype: bool = False) -> np.ndarray:

@@ -106,14 +106,6 @@ def lse_under_the_default_scale(q, k, v, *, causal=True, scale=None, return_lse=
     return out[0], lse
 
 
-@mutant("partial states", "CASCADE-LEVELS", mistake="mask-on-non-causal-call")
-def causal_whatever_asked(q, k, v, *, causal=True, scale=None, return_lse=False):
-    """Applies the causal mask to every call, causal=False included: a decoder's kernel under a
-    general signature, which makes a cascade's shared prefix causal (its rows see only its first
-    keys), where only the last level is."""
-    return attend_with_lse(q, k, v, causal=True, scale=scale, return_lse=return_lse)
-
-
 @mutant("partial states", "LSE-VALUE", mistake="lse-max-not-added-back")
 def lse_without_the_max(q, k, v, *, causal=True, scale=None, return_lse=False):
     """Returns log(sum_j exp(x_j - m)), the running sum's log, without the row max m the kernel
