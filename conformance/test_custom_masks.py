@@ -164,10 +164,14 @@ def test_the_causal_mask_given_as_a_mask_is_causal_attention(subject, dtype, cas
         subject, as_mask, subject.call(as_mask, q, k, v), q, k, v,
         truth=CaseTruth(q, k, v).attention(causal=True, scale=causal.scale),
     )  # fmt: skip
+    # Another mask of the same shape, then the causal call again: a mask buffer kept from an
+    # earlier call (FlashInfer PR #1028) shows here, where the causal pattern itself would not.
+    other = causal.with_(attn_mask=MaskDraw(0.5, per_item=False, own_key=True, seed=51))
+    subject.call(other, q, k, v)
     assert_identical(
         subject,
         causal,
-        "out of the causal call after the masked call, against the same call before it",
+        "out of the causal call after two masked calls, against the same call before them",
         subject.call(causal, q, k, v),
         before,
     )

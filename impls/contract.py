@@ -52,7 +52,7 @@ from spec.formula import causal_mask, each_item_or_sequence, resolve_scale
 from spec.fp8 import FP8_FORMATS
 from spec.fp8 import SCALE_KEYWORDS as FP8_SCALE_KEYWORDS
 from spec.fp8 import numpy_dtype as fp8_numpy_dtype
-from spec.masks import mask_options, visible_keys
+from spec.masks import LISTED_KEYWORDS, mask_options, visible_keys
 
 PLAIN_SIGNATURE = "fn(q, k, v, *, causal=True, scale=None) -> numpy.ndarray"
 
@@ -235,12 +235,17 @@ class NumpyArrays:
         """``out`` (and ``lse``) with the rows that see no key (spec.masks: an item with no key,
         a row its mask leaves none) set as ``capabilities.empty_rows`` declares (their lse
         -inf), whatever the arithmetic left there (0 / 0). ``tk``: the keys the call had."""
-        mask = mask_options(options)
-        if not mask and not causal:
-            return out if lse is None else (out, lse)
-        seen = visible_keys(out.shape[-2], tk, causal=causal, heads=out.shape[1], **mask)
-        seen = seen.any(axis=-1)
-        blind = np.broadcast_to(~seen, out.shape[:-1])  # (B, H, Tq)
+        mask = {name: value for name, value in mask_options(options).items() if name != "causal"}
+        lengths = mask.get("key_lengths")
+        if not any(name in mask for name in LISTED_KEYWORDS):
+            # Without a listed mask only an item with no key has such rows (causal rows with
+            # Tq <= Tk, a window, a chunk each see their own key): no (Tq, Tk) mask is built
+            if lengths is None or min(lengths) > 0:
+                return out if lse is None else (out, lse)
+            blind = np.broadcast_to((np.asarray(lengths) == 0)[:, None, None], out.shape[:-1])
+        else:
+            seen = visible_keys(out.shape[-2], tk, causal=causal, heads=out.shape[1], **mask)
+            blind = np.broadcast_to(~seen.any(axis=-1), out.shape[:-1])  # (B, H, Tq)
         if not blind.any():
             return out if lse is None else (out, lse)
         out = out.copy()

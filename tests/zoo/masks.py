@@ -63,7 +63,7 @@ def custom_mask_instead_of_causal(q, k, v, *, causal=True, scale=None, attn_mask
 _kept_mask: list = []
 
 
-@mutant("masking", "MASK-CUSTOM-AS-CAUSAL")
+@mutant("memory", "MASK-CUSTOM-AS-CAUSAL")
 def custom_mask_kept_for_later_calls(q, k, v, *, causal=True, scale=None, attn_mask=None):
     """Keeps the last mask it was given in a buffer and applies it to later causal calls of the
     same shape too (FlashInfer PR #1028: a stale mask reused after switching back to causal)."""
