@@ -406,8 +406,14 @@ def test_what_the_judges_clock_allows_and_what_it_contradicts():
 def test_the_cuda_kernels_own_code_is_benched_where_no_gpu_is():
     """impls/cupy_flash.cu's kernels, emulated on the host (tests/cuda_emulation): validated,
     timed and checked as on a GPU, by the CPU's clock (the emulation cannot time a GPU)."""
-    run = attnspec("bench", "--impl", "tests.cuda_emulation:flash", "--baseline", "numpy",
-                   "--shape", "1,2,2,64,64,32", "--rounds", "3")  # fmt: skip
+    # A timing found not credible is the bench refusing a clock a loaded machine skewed (numpy's
+    # half-millisecond calls beside CI's other processes): asked again, up to three times; any
+    # other outcome stands at once.
+    for _ in range(3):
+        run = attnspec("bench", "--impl", "tests.cuda_emulation:flash", "--baseline", "numpy",
+                       "--shape", "1,2,2,64,64,32", "--rounds", "3")  # fmt: skip
+        if run.returncode == EXIT_PASSES or "timing not credible" not in run.stdout + run.stderr:
+            break
     if "no C++20 compiler" in run.stdout + run.stderr:
         pytest.skip("the emulation needs a C++20 compiler")
     assert run.returncode == EXIT_PASSES, run.stdout + run.stderr
