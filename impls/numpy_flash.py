@@ -66,11 +66,20 @@ class MaskOfTiles:
         self.offset = tk - tq
         # kinds whose inputs say which tiles hold a visible key: a tile none is in is skipped
         self.sparse = any(self.options.get(name) is not None for name in LISTED_KEYWORDS)
+        # a listed mask's tiles, asked once to choose the tiles and again to mask them: kept
+        # (as large as the mask the call was given; a plain causal call keeps none)
+        self.asked: dict[tuple[int, int, int, int], np.ndarray] = {}
 
     def seen(self, block_start, block_stop, start, stop) -> np.ndarray:
         """(B or 1, H or 1, bm, bn): True where a row of the block sees a key of the tile."""
+        key = (block_start, block_stop, start, stop)
+        if key in self.asked:
+            return self.asked[key]
         tile = self.grid.tile(slice(block_start, block_stop), slice(start, stop))
-        return visible(tile, self.options)
+        seen = visible(tile, self.options)
+        if self.sparse:
+            self.asked[key] = seen
+        return seen
 
     def tiles_seen(self, block_start: int, block_stop: int) -> list[tuple[int, int]]:
         """(start, stop) of each key tile the query block [block_start, block_stop) visits."""
