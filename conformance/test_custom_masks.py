@@ -13,7 +13,7 @@ from conformance.judge.assertions import (
     blind_rows_of,
 )
 from conformance.judge.harness import Case
-from conformance.judge.mask_draws import MaskDraw, TreeDraw
+from conformance.judge.mask_draws import MaskDraw, PackedMaskDraw, TreeDraw
 from conformance.judge.truth import CaseTruth
 
 CUSTOM_CASES = {
@@ -175,3 +175,32 @@ def test_the_causal_mask_given_as_a_mask_is_causal_attention(subject, dtype, cas
         subject.call(causal, q, k, v),
         before,
     )
+
+
+PACKED_CASES = {
+    # three sequences, one of them a single query row: FlashInfer's batch prefill
+    "sequences": Case(
+        heads=4, kv_heads=2, tq=60, tk=110, head_dim=16, cu_seqlens_q=(0, 25, 26, 60),
+        cu_seqlens_k=(0, 40, 70, 110), packed_mask=PackedMaskDraw(MaskDraw(0.4, seed=21)),
+    ),
+    # blocks whose bits do not end on a byte, bytes of ones between blocks, rows that see nothing
+    "spare bytes": Case(
+        heads=2, tq=31, tk=47, head_dim=16, causal=False, cu_seqlens_q=(0, 13, 31),
+        cu_seqlens_k=(0, 21, 47),
+        packed_mask=PackedMaskDraw(MaskDraw(0.5, blind_rows=3, seed=22), spare=3),
+    ),
+    # no packed sequences: one block per batch item, self-attention
+    "per item": Case(
+        batch=2, heads=2, tq=37, head_dim=16,
+        packed_mask=PackedMaskDraw(MaskDraw(0.6, seed=23)),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.claim("MASK-PACKED")
+@pytest.mark.parametrize("case", list(PACKED_CASES.values()), ids=list(PACKED_CASES))
+def test_each_row_sees_the_keys_its_packed_bits_mark(subject, dtype, case):
+    case = subject.fit(case.with_(dtype=dtype, poison_allocations=True))
+    q, k, v = subject.inputs(case, spread=1.5)
+    out = subject.call(case, q, k, v)
+    assert_output_and_empty_rows(subject, case, out, q, k, v, blind_rows_of(case))

@@ -12,8 +12,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from impls.validation import AttentionInputError, host_values, validate_inputs
+from impls.validation import AttentionInputError, validate_inputs
 from spec.fp8 import FP8_FORMATS, SCALE_KEYWORDS, Fp8Scales, output_dtype
+from spec.masks import host_values
 
 FP8_KEYWORDS = tuple(name for names in SCALE_KEYWORDS.values() for name in names)
 # A paged FP8 cache's keywords: k and v page pools (pages, page_size, Hkv, D), as vLLM keeps them

@@ -12,31 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from spec.masks import MASK_KEYWORDS, Dims
+from spec.masks import MASK_KEYWORDS, Dims, host_values
 from spec.masks import problems as mask_problems
 
 
 class AttentionInputError(ValueError):
     """Inputs that no attention implementation can give a meaningful answer for."""
-
-
-def host_values(values) -> np.ndarray:
-    """A small array of values a check must read (per-head numbers, lengths, offsets, a block
-    table, scales) as a NumPy array, whatever array it came as: a torch tensor that requires grad
-    or lives on a GPU, a CuPy or JAX array, a view. ``np.asarray`` refuses the first two, so such
-    arrays are read through ``tolist()``, which every array library has and which copies only
-    these few values; the dtype's kind (integer, floating) is kept, which the checks read."""
-    if isinstance(values, (np.ndarray, np.generic)) or not (
-        hasattr(values, "tolist") and hasattr(values, "shape") and hasattr(values, "dtype")
-    ):
-        return np.asarray(values)
-    listed = np.asarray(values.tolist())
-    name = str(values.dtype).removeprefix("torch.")
-    try:
-        dtype = np.dtype(name)
-    except TypeError:  # bfloat16, the FP8 formats: floats NumPy does not name
-        dtype = np.dtype(np.float64) if "float" in name else listed.dtype
-    return listed.astype(dtype, copy=False)
 
 
 def validate_inputs(
@@ -117,7 +98,8 @@ def validate_inputs(
     if unknown:
         raise TypeError(f"validate_inputs() got unexpected keyword(s) {', '.join(unknown)}")
     mask = dict(causal=causal, window=window, chunk=chunk, cu_seqlens_q=cu_seqlens_q,
-                query_lengths=query_lengths, block_table=block_table, **masks)  # fmt: skip
+                cu_seqlens_k=cu_seqlens_k, query_lengths=query_lengths, block_table=block_table,
+                **masks)  # fmt: skip
     for problem in mask_problems(mask, Dims(bq, hq, hk, tq, tk)):
         raise AttentionInputError(problem)
     if softcap is not None:

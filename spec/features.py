@@ -182,6 +182,21 @@ FEATURES: tuple[Feature, ...] = (
         missing="tree_mask (speculative decoding's draft tree)",
     ),
     Feature(
+        "packed_mask",
+        "packed_mask with mask_indptr: FlashInfer's custom mask bit-packed, a uint8 NumPy array "
+        "holding each packed sequence's (or each batch item's) boolean (Tq_s x Tk_s) block, "
+        "row-major, eight bits a byte, the first in the lowest bit (little-endian, as "
+        "FlashInfer's prefill wrappers pack it; flashinfer.packbits alone defaults to "
+        "big-endian), block s's bytes from mask_indptr[s] on (in bytes, not bits); True where "
+        "the query may see the key, intersected with the causal mask; a row it leaves no key "
+        "follows the declared empty-row convention",
+        keywords=("packed_mask", "mask_indptr"),
+        plain_keywords=("packed_mask", "mask_indptr"),
+        flag="packed mask",
+        missing="packed_mask (FlashInfer's bit-packed custom mask)",
+        differentiated=False,
+    ),
+    Feature(
         "sparse",
         "kv_indices: an int32 or int64 array (B, Hkv, Tq, K), a NumPy array as block_table is: "
         "query row i of every query head of key/value head h' sees the keys its row lists, each "

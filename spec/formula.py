@@ -288,9 +288,10 @@ def per_sequence(
     of the others."""
     bounds = zip(itertools.pairwise(cu_seqlens_q), itertools.pairwise(cu_seqlens_k), strict=True)
     pieces = [
-        attend(q[..., qa:qb, :], k[..., ka:kb, :], v[..., ka:kb, :], **options)
-        for (qa, qb), (ka, kb) in bounds
-    ]
+        attend(q[..., qa:qb, :], k[..., ka:kb, :], v[..., ka:kb, :],
+               **cut_to_item(options, s, slice(qa, qb), slice(ka, kb)))
+        for s, ((qa, qb), (ka, kb)) in enumerate(bounds)
+    ]  # fmt: skip
     return joined(pieces, TOKEN_AXIS, concatenate)
 
 
@@ -437,10 +438,11 @@ def keys_read_and_blind_rows(tq: int, tk: int, *, causal=True, heads: int = 1,
         visible = visible_keys(tq, tk, causal=causal, heads=heads, **mask)  # (B|1, H|1, Tq, Tk)
         return visible.any(axis=2), ~visible.any(axis=3)
     read, blind = np.zeros((1, 1, tk), bool), np.ones((1, 1, tq), bool)
-    for (q0, q1), (k0, k1) in zip(
+    for s, ((q0, q1), (k0, k1)) in enumerate(zip(
         itertools.pairwise(cu_seqlens_q), itertools.pairwise(cu_seqlens_k), strict=True
-    ):
-        visible = visible_keys(q1 - q0, k1 - k0, causal=causal, **mask)[0, 0]
+    )):  # fmt: skip
+        piece = cut_to_item(mask, s, slice(q0, q1), slice(k0, k1))
+        visible = visible_keys(q1 - q0, k1 - k0, causal=causal, **piece)[0, 0]
         read[0, 0, k0:k1], blind[0, 0, q0:q1] = visible.any(axis=0), ~visible.any(axis=1)
     return read, blind
 
@@ -549,14 +551,14 @@ def _per_sequence_vjp(vjp, q, k, v, grad_out, *, cu_seqlens_q, cu_seqlens_k, gra
     if sinks is not None:
         grads["sinks"] = np.zeros(q.shape[-3])
     bounds_q, bounds_k = np.asarray(cu_seqlens_q), np.asarray(cu_seqlens_k)
-    for (q0, q1), (k0, k1) in zip(
+    for s, ((q0, q1), (k0, k1)) in enumerate(zip(
         itertools.pairwise(bounds_q), itertools.pairwise(bounds_k), strict=True
-    ):
+    )):  # fmt: skip
         rows, keys = slice(q0, q1), slice(k0, k1)
         piece = vjp(
             q[..., rows, :], k[..., keys, :], v[..., keys, :], grad_out[..., rows, :],
             grad_lse=None if grad_lse is None else np.asarray(grad_lse)[..., rows],
-            sinks=sinks, **options,
+            sinks=sinks, **cut_to_item(options, s, rows, keys),
         )  # fmt: skip
         grads["q"][..., rows, :] = piece["q"]
         grads["k"][..., keys, :] = piece["k"]

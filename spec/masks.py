@@ -111,6 +111,25 @@ def as_four_dims(mask):
     return mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape)) if mask.ndim < 4 else mask
 
 
+def host_values(values) -> np.ndarray:
+    """A small array of values a check must read (per-head numbers, lengths, offsets, a block
+    table, scales) as a NumPy array, whatever array it came as: a torch tensor that requires grad
+    or lives on a GPU, a CuPy or JAX array, a view. ``np.asarray`` refuses the first two, so such
+    arrays are read through ``tolist()``, which every array library has and which copies only
+    these few values; the dtype's kind (integer, floating) is kept, which the checks read."""
+    if isinstance(values, (np.ndarray, np.generic)) or not (
+        hasattr(values, "tolist") and hasattr(values, "shape") and hasattr(values, "dtype")
+    ):
+        return np.asarray(values)
+    listed = np.asarray(values.tolist())
+    name = str(values.dtype).removeprefix("torch.")
+    try:
+        dtype = np.dtype(name)
+    except TypeError:  # bfloat16, the FP8 formats: floats NumPy does not name
+        dtype = np.dtype(np.float64) if "float" in name else listed.dtype
+    return listed.astype(dtype, copy=False)
+
+
 def _is_integer(value) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | np.integer)
 
@@ -219,7 +238,7 @@ def _sparse_problem(options, dims: Dims) -> str | None:
         return f"kv_indices has dtype {indices.dtype}, but should be int32 or int64"
     if indices.ndim != 4 or tuple(indices.shape[:3]) != (dims.batch, dims.kv_heads, dims.tq):
         return f"kv_indices has shape {tuple(indices.shape)}, but should be {expected}"
-    values = np.asarray(indices)
+    values = host_values(indices)
     wrong = (values < -1) | (values >= dims.tk)
     if wrong.any():
         at = tuple(int(i) for i in np.argwhere(wrong)[0])
@@ -229,7 +248,7 @@ def _sparse_problem(options, dims: Dims) -> str | None:
         )
     lengths = options.get("topk_length")
     if lengths is not None:
-        lengths = np.asarray(lengths)
+        lengths = host_values(lengths)
         if lengths.shape != (dims.batch,) or not np.issubdtype(lengths.dtype, np.integer):
             return f"topk_length={lengths.tolist()!r}, but should be {dims.batch} integers"
         if lengths.min() < 0 or lengths.max() > indices.shape[-1]:
@@ -286,6 +305,91 @@ def sparse_indices_sees(grid: Grid, options: dict):
     return (listed[..., None, :] == grid.key[..., None]).sum(-1) > 0
 
 
+def packed_bits(mask) -> np.ndarray:
+    """A boolean (Tq_s, Tk_s) block flattened row-major and packed eight bits a byte, the first
+    bit in the lowest (little-endian, as FlashInfer's wrappers pack it; ``flashinfer.packbits``
+    alone defaults to big-endian)."""
+    return np.packbits(np.asarray(mask, bool).reshape(-1), bitorder="little")
+
+
+def _packed_mask_problem(options, dims: Dims) -> str | None:
+    packed, offsets = options.get("packed_mask"), options.get("mask_indptr")
+    if packed is None or offsets is None:
+        return (
+            "packed_mask and mask_indptr come together: the bits, and where each sequence's "
+            f"bytes start (given: packed_mask={type(packed).__name__}, "
+            f"mask_indptr={type(offsets).__name__})"
+        )
+    if not (hasattr(packed, "dtype") and str(packed.dtype) == "uint8" and packed.ndim == 1):
+        return (
+            f"packed_mask is {type(packed).__name__} {getattr(packed, 'dtype', '')} of shape "
+            f"{tuple(getattr(packed, 'shape', ()))}, but should be a 1-D uint8 array: each "
+            "sequence's (Tq_s x Tk_s) block, row-major, eight bits a byte, little-endian"
+        )
+    offsets = host_values(offsets)
+    if offsets.ndim != 1 or not np.issubdtype(offsets.dtype, np.integer):
+        return f"mask_indptr={offsets.tolist()!r}, but should be a 1-D integer array of offsets"
+    sizes = _packed_block_sizes(options, dims)
+    if len(offsets) != len(sizes) + 1:
+        where = "sequence" if options.get("cu_seqlens_q") is not None else "batch item"
+        return (
+            f"mask_indptr has {len(offsets)} offsets, but should have {len(sizes) + 1}: one per "
+            f"{where} and the end"
+        )
+    for s, (rows, keys) in enumerate(sizes):
+        needed = -(-rows * keys // 8)
+        given = int(offsets[s + 1]) - int(offsets[s])
+        if offsets[s] < 0 or given < needed:
+            return (
+                f"mask_indptr[{s}:{s + 2}] = {offsets[s : s + 2].tolist()}, {given} bytes, but "
+                f"{s}'s ({rows} x {keys}) block needs {needed}: mask_indptr counts bytes"
+            )
+    if int(offsets[-1]) > packed.shape[0]:
+        return (
+            f"packed_mask has {packed.shape[0]} bytes, but mask_indptr ends at {int(offsets[-1])}"
+        )
+    return _dense_only_but_packed("packed_mask", options)
+
+
+def _packed_block_sizes(options: dict, dims: Dims) -> list[tuple[int, int]]:
+    """(rows, keys) of each block a packed mask holds: each packed sequence's, or each batch
+    item's (Tq, Tk)."""
+    starts_q, starts_k = options.get("cu_seqlens_q"), options.get("cu_seqlens_k")
+    if starts_q is None or starts_k is None:
+        return [(dims.tq, dims.tk)] * dims.batch
+    return [(int(q1) - int(q0), int(k1) - int(k0)) for q0, q1, k0, k1 in zip(
+        starts_q[:-1], starts_q[1:], starts_k[:-1], starts_k[1:], strict=True)]  # fmt: skip
+
+
+def _dense_only_but_packed(name: str, options: dict) -> str | None:
+    """As :func:`_dense_only`, packed sequences allowed: a packed mask holds one block each."""
+    if options.get("key_lengths") is not None:
+        return f"{name} with key_lengths: its blocks are (Tq x Tk), or each packed sequence's"
+    return _dense_only(name, {**options, "cu_seqlens_q": None}, "attn_mask", "tree_mask",
+                       "kv_indices")  # fmt: skip
+
+
+def _packed_mask_prepared(options: dict) -> dict:
+    # offsets given as a list or tuple are indexed by the grid's batch indices
+    offsets = options["mask_indptr"]
+    return {**options, "mask_indptr": np.asarray(offsets) if isinstance(offsets, list | tuple)
+            else offsets}  # fmt: skip
+
+
+def packed_mask_sees(grid: Grid, options: dict):
+    """Bit row * Tk_b + key of item b's block, its bytes from mask_indptr[b] on: a packed
+    sequence is an item of its own (spec.formula.per_sequence cuts the call to it)."""
+    packed, offsets = options["packed_mask"], options["mask_indptr"]
+    bit = offsets[grid.batch] * 8 + grid.row * grid.length + grid.key
+    return (packed[bit >> 3] >> (bit & 7)) & 1 == 1
+
+
+def _packed_mask_cut(options: dict, item: int, rows: slice, keys: slice) -> dict:
+    # The bytes stay whole and the offsets keep counting from their start, as the kernel got them.
+    offsets = options["mask_indptr"]
+    return {**options, "mask_indptr": offsets[item : item + 2]}
+
+
 MASK_KINDS: tuple[MaskKind, ...] = (
     # The document's: row i sees the keys up to its position.
     MaskKind(
@@ -328,6 +432,18 @@ MASK_KINDS: tuple[MaskKind, ...] = (
         cut=_tree_mask_cut,
         listed=True,
     ),
+    # FlashInfer's custom mask bit-packed: one (Tq_s x Tk_s) block per packed sequence (or per
+    # batch item), the blocks' bytes starting at mask_indptr.
+    MaskKind(
+        "packed_mask",
+        ("packed_mask", "mask_indptr"),
+        packed_mask_sees,
+        extent=lambda o: (len(o["mask_indptr"]) - 1, 1),
+        problem=_packed_mask_problem,
+        prepared=_packed_mask_prepared,
+        cut=_packed_mask_cut,
+        listed=True,
+    ),
     MaskKind(
         "kv_indices",
         ("kv_indices", "topk_length"),
@@ -361,7 +477,8 @@ def only_mask_options(options: dict) -> dict:
 
 def cut_to_item(options: dict, item: int, rows: slice, keys: slice) -> dict:
     """``options`` for batch item ``item``'s query rows ``rows`` and keys ``keys`` alone, as a
-    call of its own (a batch of one): each kind's inputs given per item, row or key cut to them."""
+    call of its own (a batch of one): each kind's inputs given per item, row or key cut to them.
+    Of a packed call, ``item`` is a sequence and ``rows`` and ``keys`` its tokens."""
     for kind in MASK_KINDS:
         if kind.cut is not None and kind.applies(options):
             options = kind.cut(options, item, rows, keys)

@@ -16,7 +16,7 @@ dtype: the output matches it when it lies within that dtype's budget of the trut
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -68,6 +68,8 @@ class Call:
     chunk: int | None = None
     attn_mask: np.ndarray | None = None  # (B or 1, H or 1, Tq, Tk), True where a query sees a key
     tree_mask: np.ndarray | None = None  # (B or 1, Tq, Tq), which drafts each draft sees
+    packed_mask: np.ndarray | None = None  # uint8: each sequence's block of bits, little-endian
+    mask_indptr: tuple[int, ...] | None = None  # where each block's bytes start, and the end
     kv_indices: np.ndarray | None = None  # (B, Hkv, Tq, K), the keys each row lists, -1 none
     topk_length: tuple[int, ...] | None = None
     page_size: int | None = None  # k and v reached it as page pools (spec.formula.page_pool)
@@ -83,7 +85,8 @@ class Call:
         (batch, heads, tq, head_dim), (_, kv_heads, tk, _) = q.shape, k.shape
         # per-item numbers as tuples; a mask (spec.masks) stays an array
         options = {name: tuple(value) if isinstance(value, list | tuple)
-                   or (isinstance(value, np.ndarray) and value.ndim == 1) else value
+                   or (isinstance(value, np.ndarray) and value.ndim == 1
+                       and name not in _ARRAY_FIELDS) else value
                    for name, value in variant.items()}  # fmt: skip
         return cls(batch, heads, kv_heads, tq, tk, head_dim, v.shape[-1], dtype, causal, scale,
                    **options)  # fmt: skip
@@ -119,6 +122,10 @@ class Call:
     @property
     def has_padding(self) -> bool:
         return self.key_lengths is not None and min(self.key_lengths) < self.tk
+
+
+# The Call fields that hold an array whatever its dims (a mask's bytes, not per-item numbers).
+_ARRAY_FIELDS = frozenset(f.name for f in fields(Call) if str(f.type).startswith("np.ndarray"))
 
 
 @dataclass(frozen=True)
@@ -846,6 +853,43 @@ def _tree_mask_transposed(q, k, v, call):
     return attend_with(q, k, v, call, visible=visible)
 
 
+def _packed_bit_read(bit_in_byte, offset_in_bits: bool = False):
+    """The packed mask's predicate reading bit ``bit_in_byte(b)`` of a byte for the block's bit
+    b, its offsets in bits where ``offset_in_bits``."""
+
+    def sees(g, o):
+        offsets = np.asarray(o["mask_indptr"])
+        start = offsets[g.batch] * (1 if offset_in_bits else 8)
+        bit = start + g.row * g.length + g.key
+        return (o["packed_mask"][bit >> 3] >> bit_in_byte(bit & 7)) & 1 == 1
+
+    return sees
+
+
+@mistake(
+    "packed-mask-big-endian",
+    "the packed mask's bits read big-endian: bit b of a block taken from bit 7 - b % 8 of its byte",
+    "flashinfer.packbits defaults to bitorder='big', the wrappers pack little-endian",
+    lambda call: call.packed_mask is not None,
+)
+def _packed_mask_big_endian(q, k, v, call):
+    reversed_bits = _packed_bit_read(lambda b: 7 - b)
+    return attend_with(q, k, v, call, visible=visible_keys_of(call,
+                       instead={"packed_mask": reversed_bits}))  # fmt: skip
+
+
+@mistake(
+    "packed-mask-offsets-in-bits",
+    "mask_indptr read as bit offsets: every block but the first read from the wrong place",
+    "an offset array left in elements after the mask was packed into bytes (FlashInfer PR #2201)",
+    lambda call: call.mask_indptr is not None and any(call.mask_indptr[:-1]),
+)
+def _packed_mask_offsets_in_bits(q, k, v, call):
+    in_bits = _packed_bit_read(lambda b: b, offset_in_bits=True)
+    return attend_with(q, k, v, call, visible=visible_keys_of(call,
+                       instead={"packed_mask": in_bits}))  # fmt: skip
+
+
 # Index-sparse attention
 
 
@@ -1325,8 +1369,13 @@ def find_mistake(name: str) -> Mistake:
 def mistakes_showing_in(call: Call) -> list[Mistake]:
     """The mistakes whose variant can differ from the formula on ``call``: those of a score
     modifier where it is on, the others only where no feature the catalogue does not model is."""
+    # A packed mask of packed sequences holds a block per sequence, read only sequence by
+    # sequence: a variant of the whole call (boundaries ignored) has no mask to read.
+    whole = not (call.packed_mask is not None and call.cu_seqlens_q is not None)
     return [
         m
         for m in MISTAKES.values()
-        if (m.modifier is not None or not call.modified) and m.shows(call)
+        if (m.modifier is not None or not call.modified)
+        and (m.per_sequence or whole)
+        and m.shows(call)
     ]

@@ -308,6 +308,31 @@ REGIMES: tuple[Regime, ...] = (
             ),
         )
     ),
+    *(
+        Regime(f"packed-mask.{name}", "packed_mask", ("MASK-PACKED",), what, why)
+        for name, what, why in (
+            (
+                "sequences",
+                "blocks of several packed sequences of different lengths",
+                "every block but the first read from the wrong offset (offsets left in bits)",
+            ),
+            (
+                "ragged-bits",
+                "a block whose bits do not end on a byte",
+                "a row's bits taken from a block rounded to bytes per row, not per block",
+            ),
+            (
+                "spare-bytes",
+                "bytes between blocks that no block's bits are in",
+                "offsets computed from the shapes rather than read from mask_indptr",
+            ),
+            (
+                "single-row",
+                "a sequence of one query row",
+                "a decoding row whose block is read as the next sequence's",
+            ),
+        )
+    ),
     Regime(
         "tree.chain",
         "tree_mask",

@@ -148,7 +148,8 @@ def test_each_feature_is_one_declaration_that_the_rest_reads():
     assert set(EXTENSIONS) == set(FEATURE_NAMES)
     assert set(CAPABILITIES) == {*FEATURE_NAMES, BACKWARD, FP8, NO_FEATURE}
     for feature in FEATURES:
-        assert set(feature.keywords) <= case_fields, feature.name
+        # a case sets a feature by its first keyword; a draw there gives the others with it
+        assert set(feature.keywords[:1]) <= case_fields, feature.name
         assert Capabilities(dtypes=("float32",), **{feature.name: True}).declares(feature.name)
 
 

@@ -158,3 +158,48 @@ def test_a_torch_kernel_with_sinks_that_follows_the_readme_meets_grad_sink():
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert " passed" in result.stdout, result.stdout[-2000:]
     assert "failed" not in result.stdout, result.stdout[-2000:]
+
+
+# A packed call of two sequences, (2 x 3) and (4 x 3) blocks: one byte and two bytes of bits.
+PACKED = np.zeros((1, 4, 6, 8))
+SEQUENCES = dict(cu_seqlens_q=np.array([0, 2, 6]), cu_seqlens_k=np.array([0, 3, 6]))
+BITS = np.array([0b101101, 0xFF, 0b1], np.uint8)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (dict(packed_mask=BITS[:2], mask_indptr=np.array([0, 1, 3])),
+         r"packed_mask has 2 bytes, but mask_indptr ends at 3"),
+        (dict(packed_mask=BITS, mask_indptr=np.array([0, 1, 2])),
+         r"mask_indptr\[1:3\] = \[1, 2\], 1 bytes, but 1's \(4 x 3\) block needs 2"),
+        (dict(packed_mask=BITS, mask_indptr=np.array([0, 8, 24])),
+         r"packed_mask has 3 bytes, but mask_indptr ends at 24"),
+        (dict(packed_mask=BITS, mask_indptr=np.array([0, 3])),
+         r"mask_indptr has 2 offsets, but should have 3: one per sequence"),
+        (dict(packed_mask=BITS.astype(bool), mask_indptr=np.array([0, 1, 3])),
+         r"packed_mask is ndarray bool .*, but should be a 1-D uint8 array"),
+        (dict(packed_mask=BITS), r"packed_mask and mask_indptr come together"),
+        (dict(packed_mask=BITS, mask_indptr=np.array([0, 1, 3]), attn_mask=np.ones((6, 6), bool)),
+         r"attn_mask with packed sequences"),
+    ],
+)  # fmt: skip
+def test_a_bad_packed_mask_is_refused_by_name(options, message):
+    with pytest.raises(AttentionInputError, match=message):
+        validate_inputs(PACKED, PACKED, PACKED, causal=False, scale=None, **SEQUENCES, **options)
+
+
+@pytest.mark.optional_libraries
+@pytest.mark.parametrize("family", list(ARRAY_FAMILIES))
+def test_mask_offsets_and_indices_are_read_from_any_array(family):
+    make = ARRAY_FAMILIES[family]
+    validate_inputs(PACKED, PACKED, PACKED, causal=False, scale=None, **SEQUENCES,
+                    packed_mask=BITS, mask_indptr=make(np.array([0, 1, 3])))  # fmt: skip
+    with pytest.raises(AttentionInputError, match="but mask_indptr ends at 4"):
+        validate_inputs(PACKED, PACKED, PACKED, causal=False, scale=None, **SEQUENCES,
+                        packed_mask=BITS, mask_indptr=make(np.array([0, 1, 4])))  # fmt: skip
+    indices = np.zeros((1, 4, 6, 2), np.int32)
+    validate_inputs(Q, K, V, causal=True, scale=None, kv_indices=make(indices))
+    with pytest.raises(AttentionInputError, match=r"kv_indices\[0, 0, 0, 1\] = 6, but"):
+        validate_inputs(Q, K, V, causal=True, scale=None,
+                        kv_indices=make(np.where(np.arange(2) == 1, 6, indices)))  # fmt: skip

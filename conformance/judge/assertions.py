@@ -19,7 +19,7 @@ from conformance.judge.tolerance import Comparison, compare_to_oracle
 from conformance.judge.truth import CaseTruth
 from conformance.run.worker_clients import ImplementationRaised
 from impls.contract import CONVENTIONS
-from spec.masks import visible_keys
+from spec.formula import keys_read_and_blind_rows
 
 
 def fail(subject: Subject | Document, case: Case | None, message: str) -> None:
@@ -216,9 +216,9 @@ def assert_empty_rows(subject, case: Case, what: str, rows: np.ndarray) -> None:
 
 def blind_rows_of(case: Case) -> np.ndarray:
     """(B, H, Tq): the rows that see no key under the case's mask and the rest."""
-    seen = visible_keys(case.tq, case.tk, causal=case.causal, heads=case.heads,
-                        **case.formula_variant)  # fmt: skip
-    return np.broadcast_to(~seen.any(axis=-1), case.q_shape[:-1])
+    _, blind = keys_read_and_blind_rows(case.tq, case.tk, causal=case.causal, heads=case.heads,
+                                        **case.formula_variant)  # fmt: skip
+    return np.broadcast_to(blind, case.q_shape[:-1])
 
 
 def assert_output_and_empty_rows(subject, case: Case, out, q, k, v, blind) -> None:

@@ -15,13 +15,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conformance.judge.mask_draws import IndexDraw, MaskDraw, TreeDraw
+from conformance.judge.mask_draws import IndexDraw, MaskDraw, PackedMaskDraw, TreeDraw
 from conformance.judge.regimes import regimes_of_call, regimes_of_merge
 from conformance.run.recording import TestNotes
 from conformance.run.worker_clients import ImplementationBroke, ImplementationClient
 from spec.dtypes import round_to
 from spec.features import FEATURES, Feature
 from spec.formula import causal_mask
+
+# What a Case field may hold instead of a value: a recipe drawn for the case's shape.
+DRAWS = (MaskDraw, IndexDraw, TreeDraw, PackedMaskDraw)
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class Case:
     chunk: int | None = None
     attn_mask: MaskDraw | None = None  # the call gets the mask drawn for its shape
     tree_mask: TreeDraw | None = None  # likewise: which drafts each draft sees
+    packed_mask: PackedMaskDraw | None = None  # likewise, with its mask_indptr
     kv_indices: IndexDraw | None = None  # likewise: the keys each row lists
     topk_length: tuple[int, ...] | None = None  # how many of each item's slots count
     return_lse: bool | None = None  # Subject.call_with_lse sets it
@@ -95,12 +99,12 @@ class Case:
     def variant(self) -> dict:
         """The features' keyword arguments this case sets (none for the document's cases), a
         mask as the array drawn for the case's shape."""
-        return {
-            name: value.for_case(self)
-            if isinstance(value, MaskDraw | IndexDraw | TreeDraw)
-            else value
-            for name, value in self.shown_variant.items()
-        }
+        variant = {}
+        for name, value in self.shown_variant.items():
+            drawn = value.for_case(self) if isinstance(value, DRAWS) else value
+            # a draw of several keywords (a packed mask and its offsets) gives them all
+            variant.update(drawn if isinstance(drawn, dict) else {name: drawn})
+        return variant
 
     @property
     def shown_variant(self) -> dict:
@@ -109,7 +113,8 @@ class Case:
             keyword: getattr(self, keyword)
             for feature in FEATURES
             for keyword in feature.keywords
-            if getattr(self, keyword) is not None
+            # a keyword another's draw gives (mask_indptr) has no field of its own
+            if getattr(self, keyword, None) is not None
         }
 
     @property
@@ -123,7 +128,7 @@ class Case:
         """Whether calling this case needs ``feature`` declared: a keyword of it set, or, for
         grouped heads, which no keyword carries, fewer k/v heads than q heads."""
         if feature.keywords:
-            return any(getattr(self, keyword) is not None for keyword in feature.keywords)
+            return any(getattr(self, keyword, None) is not None for keyword in feature.keywords)
         return feature.name == "gqa" and self.key_value_heads != self.heads
 
     @property

@@ -7,11 +7,11 @@ recipe and shape every time. Reports name the recipe ("attn_mask=<30% per item, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from spec.masks import visible_keys
+from spec.masks import packed_bits, visible_keys
 
 PATTERNS = ("random", "causal", "all")
 
@@ -66,6 +66,43 @@ class MaskDraw:
         extras += ["each row's own key"] if self.own_key else []
         seed = [f"seed {self.seed}"] if self.pattern == "random" else []
         return f"<{', '.join([what, *spans, *extras, *seed])}>"
+
+
+@dataclass(frozen=True)
+class PackedMaskDraw:
+    """FlashInfer's bit-packed mask (spec.masks.packed_bits) over a case's packed sequences, or
+    its batch items: each block drawn by ``mask`` as for one item and head, seeded by its
+    place; ``spare`` bytes of ones after each block, which no bit of it is in, so a kernel
+    that computes the offsets from the shapes rather than reading mask_indptr reads them."""
+
+    mask: MaskDraw = MaskDraw()
+    spare: int = 0
+
+    def blocks(self, case) -> list[np.ndarray]:
+        if case.cu_seqlens_q is None:
+            sizes = [(case.tq, case.tk)] * case.batch
+        else:
+            sizes = [(q1 - q0, k1 - k0) for q0, q1, k0, k1 in zip(
+                case.cu_seqlens_q[:-1], case.cu_seqlens_q[1:], case.cu_seqlens_k[:-1],
+                case.cu_seqlens_k[1:], strict=True)]  # fmt: skip
+        return [
+            replace(self.mask, seed=self.mask.seed * 1000 + s).array(1, 1, rows, keys)[0, 0]
+            for s, (rows, keys) in enumerate(sizes)
+        ]
+
+    def for_case(self, case) -> dict:
+        """{"packed_mask": uint8 bytes, "mask_indptr": int32 byte offsets, one per block and
+        the end}."""
+        pieces = [
+            np.concatenate([packed_bits(block), np.full(self.spare, 0xFF, np.uint8)])
+            for block in self.blocks(case)
+        ]
+        offsets = np.cumsum([0, *(len(piece) for piece in pieces)]).astype(np.int32)
+        return {"packed_mask": np.concatenate(pieces), "mask_indptr": offsets}
+
+    def __str__(self) -> str:
+        spare = f", {self.spare} spare bytes a block" if self.spare else ""
+        return f"<bit-packed {str(self.mask)[1:-1]}{spare}>"
 
 
 def spread(count: int, chosen: int) -> np.ndarray:

@@ -157,6 +157,24 @@ def _sparse_regimes(case) -> set[str]:
     }  # fmt: skip
 
 
+def _packed_mask_regimes(case) -> set[str]:
+    """Read off the blocks and offsets the call is given."""
+    drawn = case.variant
+    draw, offsets = case.packed_mask, np.asarray(drawn["mask_indptr"])
+    sizes = [block.shape for block in draw.blocks(case)]
+    needed = np.array([-(-rows * keys // 8) for rows, keys in sizes])
+    return {
+        regime
+        for regime, holds in (
+            ("packed-mask.sequences", case.cu_seqlens_q is not None and len(sizes) > 1),
+            ("packed-mask.ragged-bits", any(rows * keys % 8 for rows, keys in sizes)),
+            ("packed-mask.spare-bytes", bool((np.diff(offsets) > needed).any())),
+            ("packed-mask.single-row", any(rows == 1 for rows, _ in sizes)),
+        )
+        if holds
+    }
+
+
 def _tree_regimes(case) -> set[str]:
     """Read off the tree: a draft's parent is the latest other draft it sees."""
     tree = case.variant["tree_mask"][0]  # (Tq, Tq)
@@ -175,6 +193,8 @@ def _mask_regimes(case) -> set[str]:
         drawn |= _tree_regimes(case)
     if case.kv_indices is not None:
         drawn |= _sparse_regimes(case)
+    if case.packed_mask is not None:
+        drawn |= _packed_mask_regimes(case)
     if case.window is not None:
         drawn |= {
             regime

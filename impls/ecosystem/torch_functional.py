@@ -106,7 +106,12 @@ class FlexAttention(TorchArrays, Implementation):
         self.name = "torch_flex_bridged" if bridged else "torch_flex_naive"
         if bridged:  # the listed masks as a mask_mod term: the bridge's own work, not the docs'
             self.capabilities = replace(
-                self.capabilities, custom_mask=True, tree_mask=True, sparse=True, topk_length=True
+                self.capabilities,
+                custom_mask=True,
+                tree_mask=True,
+                packed_mask=True,
+                sparse=True,
+                topk_length=True,
             )
 
     def attention(

@@ -118,6 +118,172 @@ def tree_mask_transposed(q, k, v, *, causal=True, scale=None, tree_mask=None):
     return attend_tree(q, k, v, causal=causal, scale=scale, tree_mask=tree)
 
 
+# --- bit-packed masks ----------------------------------------------------------------------------
+
+
+def attend_packed(q, k, v, *, causal, scale, cu_seqlens_q, cu_seqlens_k, read_block):
+    """The formula under the blocks ``read_block(s, rows, keys)`` returns, (rows, keys) booleans:
+    one per packed sequence, or per batch item without them."""
+    if cu_seqlens_q is None:
+        mask = np.stack([read_block(b, q.shape[-2], k.shape[-2]) for b in range(q.shape[0])])
+        return attend_masked(q, k, v, causal=causal, scale=scale, attn_mask=mask[:, None])
+    pieces = []
+    for s, (q0, q1, k0, k1) in enumerate(
+        zip(cu_seqlens_q[:-1], cu_seqlens_q[1:], cu_seqlens_k[:-1], cu_seqlens_k[1:], strict=True)
+    ):
+        block = read_block(s, q1 - q0, k1 - k0)
+        pieces.append(
+            attend_masked(
+                q[..., q0:q1, :],
+                k[..., k0:k1, :],
+                v[..., k0:k1, :],
+                causal=causal,
+                scale=scale,
+                attn_mask=block,
+            )
+        )
+    return np.concatenate(pieces, axis=-2)
+
+
+def block_reader(packed_mask, mask_indptr, *, bitorder="little", offsets_in_bits=False):
+    bits = np.unpackbits(packed_mask, bitorder=bitorder).astype(bool)
+    unit = 1 if offsets_in_bits else 8
+
+    def read_block(s, rows, keys):
+        start = int(mask_indptr[s]) * unit
+        return bits[start : start + rows * keys].reshape(rows, keys)
+
+    return read_block
+
+
+@mutant("masking", "MASK-PACKED", mistake="packed-mask-big-endian")
+def packed_mask_big_endian(
+    q,
+    k,
+    v,
+    *,
+    causal=True,
+    scale=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    packed_mask=None,
+    mask_indptr=None,
+):
+    """Unpacks the mask big-endian, flashinfer.packbits' default, where the bytes were packed
+    little-endian."""
+    return attend_packed(
+        q,
+        k,
+        v,
+        causal=causal,
+        scale=scale,
+        cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k,
+        read_block=block_reader(packed_mask, mask_indptr, bitorder="big"),
+    )
+
+
+@mutant("masking", "MASK-PACKED", mistake="packed-mask-offsets-in-bits")
+def packed_mask_offsets_in_bits(
+    q,
+    k,
+    v,
+    *,
+    causal=True,
+    scale=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    packed_mask=None,
+    mask_indptr=None,
+):
+    """Reads mask_indptr as offsets in bits, as it was before the mask was packed into bytes
+    (FlashInfer PR #2201): every block after the first is read from too early."""
+    reader = block_reader(packed_mask, mask_indptr, offsets_in_bits=True)
+    return attend_packed(
+        q,
+        k,
+        v,
+        causal=causal,
+        scale=scale,
+        cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k,
+        read_block=reader,
+    )
+
+
+@mutant("masking", "MASK-PACKED")
+def packed_mask_offsets_from_shapes(
+    q,
+    k,
+    v,
+    *,
+    causal=True,
+    scale=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    packed_mask=None,
+    mask_indptr=None,
+):
+    """Ignores mask_indptr and places each block right after the one before it, as packing
+    leaves them when nothing lies between: wrong wherever the caller's blocks have gaps."""
+    if cu_seqlens_q is None:
+        sizes = [(q.shape[-2], k.shape[-2])] * q.shape[0]
+    else:
+        sizes = [
+            (b - a, d - c)
+            for a, b, c, d in zip(
+                cu_seqlens_q[:-1],
+                cu_seqlens_q[1:],
+                cu_seqlens_k[:-1],
+                cu_seqlens_k[1:],
+                strict=True,
+            )
+        ]
+    offsets = np.cumsum([0, *(-(-rows * keys // 8) for rows, keys in sizes)])
+    return attend_packed(
+        q,
+        k,
+        v,
+        causal=causal,
+        scale=scale,
+        cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k,
+        read_block=block_reader(packed_mask, offsets),
+    )
+
+
+@correct_variant
+def packed_mask_bit_by_bit(
+    q,
+    k,
+    v,
+    *,
+    causal=True,
+    scale=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    packed_mask=None,
+    mask_indptr=None,
+):
+    """Reads each bit with shifts, byte by byte, as a kernel's inner loop does, not through an
+    unpacked copy of the mask."""
+
+    def read_block(s, rows, keys):
+        bit = int(mask_indptr[s]) * 8 + np.arange(rows * keys)
+        return ((packed_mask[bit >> 3] >> (bit & 7)) & 1).astype(bool).reshape(rows, keys)
+
+    return attend_packed(
+        q,
+        k,
+        v,
+        causal=causal,
+        scale=scale,
+        cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k,
+        read_block=read_block,
+    )
+
+
 # --- index-sparse attention -----------------------------------------------------------------------
 
 
