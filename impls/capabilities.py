@@ -19,7 +19,7 @@ from spec.fp8 import (
     NAN_HANDLINGS,
     P_ROUNDINGS,
 )
-from spec.masks import LISTED_KEYWORDS
+from spec.masks import LISTED_KEYWORDS, MASK_CONVENTIONS
 
 # Where widely used kernels disagree on purpose, the contract names the conventions and accepts
 # each; an implementation may declare the one it follows (Capabilities.conventions), and the
@@ -185,6 +185,8 @@ class Capabilities:
     # False: the lse is returned for merging, its gradient not taken (GRAD-LSE is not checked)
     lse_backward: bool = True
     empty_rows: str = "zeros"  # with key_lengths or packed, an item with no key: EMPTY_ROWS
+    # with sparse: how a key listed twice in a row counts (spec.masks.SPARSE_DUPLICATES)
+    sparse_duplicates: str = "once"
     merges_states: bool = False  # with lse: it has merge_states(outputs, lses)
     # with paged: the page sizes its kernels take (vLLM's 16, FlashAttention's multiples of 256);
     # None: any
@@ -233,6 +235,12 @@ class Capabilities:
                 f"Capabilities.empty_rows={self.empty_rows!r}, but should be one of "
                 + ", ".join(EMPTY_ROWS)
             )
+        for name, values in MASK_CONVENTIONS.items():
+            if getattr(self, name) not in values:
+                raise ValueError(
+                    f"Capabilities.{name}={getattr(self, name)!r}, but should be one of "
+                    + ", ".join(values)
+                )
         if self.lse_base not in LSE_BASES:
             raise ValueError(
                 f"Capabilities.lse_base={self.lse_base!r}, but should be one of "
@@ -370,6 +378,8 @@ class Capabilities:
             text += ", not differentiated" if self.autograd and not self.lse_backward else ""
         if self.key_lengths or self.packed:
             text += f"; empty rows {self.empty_rows}"
+        if self.sparse:
+            text += f"; duplicates {'counted' if self.sparse_duplicates == 'count' else 'once'}"
         if self.fp8:
             text += (
                 f"; fp8 {','.join(self.fp8_conventions)} in {','.join(self.fp8_formats)}, "

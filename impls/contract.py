@@ -280,6 +280,7 @@ class PlainCallable(NumpyArrays, Implementation):
             # fn.merge_states = my_merge
             lse_base=getattr(fn, "lse_base", "e"),
             empty_rows=getattr(fn, "empty_rows", "zeros"),  # as fn.empty_rows = "nan"
+            sparse_duplicates=getattr(fn, "sparse_duplicates", "once"),  # or "count"
             merges_states="return_lse" in accepted and callable(getattr(fn, "merge_states", None)),
             # the page sizes its paged cache takes: as fn.page_sizes = (16,); None: any
             page_sizes=None if getattr(fn, "page_sizes", None) is None else tuple(fn.page_sizes),

@@ -28,7 +28,13 @@ import numpy as np
 
 from spec.dtypes import check_dtype, rounded_in_storage
 from spec.features import DIFFERENTIATED_KEYWORDS
-from spec.masks import cut_to_item, mask_options, only_mask_options, visible_keys
+from spec.masks import (
+    counted_keys,
+    cut_to_item,
+    mask_options,
+    only_mask_options,
+    visible_keys,
+)
 
 
 def resolve_scale(scale: float | None, head_dim: int) -> float:
@@ -122,10 +128,15 @@ def masked(scores: np.ndarray, *, causal: bool, in_place: bool = False, **mask) 
     mask = only_mask_options(mask)
     if mask:
         visible = visible_keys(tq, tk, causal=causal, heads=scores.shape[-3], **mask)
+        counts = counted_keys(tq, tk, heads=scores.shape[-3], causal=causal, **mask)
     elif causal:
-        visible = causal_mask(tq, tk)
+        visible, counts = causal_mask(tq, tk), None
     else:
         return scores
+    if counts is not None:  # a key counted m times weighs m: exp(s + log m) = m exp(s)
+        with np.errstate(divide="ignore"):
+            scores = np.add(scores, np.log(np.maximum(counts, 1)), out=scores if in_place else None)
+        in_place = True
     if in_place:
         np.copyto(scores, -np.inf, where=~visible)
         return scores

@@ -15,7 +15,7 @@ arrays and on any array library's tensors alike (impls.torch_arrays builds its m
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -99,6 +99,13 @@ class MaskKind:
     # whether the call lists which keys each row sees in an array (a mask, indices): a kernel
     # gets it as a NumPy array, and a tiled one may skip the tiles it lists nothing in
     listed: bool = False
+    # the conventions an implementation declares for the kind (Capabilities fields of these
+    # names), each with its values, the default first; the truth reads the declared one as an
+    # option of this name, which the kernel is not given
+    conventions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # how many times a query counts each key it sees, where a convention counts some more than
+    # once (the truth adds log(count) to its score); None: once each
+    counts: Callable[[Grid, dict], Any] | None = None
 
     def applies(self, options: dict) -> bool:
         if self.on is not None:
@@ -227,6 +234,11 @@ def _tree_mask_cut(options: dict, item: int, rows: slice, keys: slice) -> dict:
     return {**options, "tree_mask": tree[item : item + 1] if tree.shape[0] != 1 else tree}
 
 
+# How a key listed twice in a row counts: once (a set: FlashAttention 4's reference), or twice
+# (a softmax over the slots: cuDNN's reference).
+SPARSE_DUPLICATES = ("once", "count")
+
+
 def _sparse_problem(options, dims: Dims) -> str | None:
     indices = options.get("kv_indices")
     if indices is None:
@@ -289,6 +301,18 @@ def _sparse_cut(options: dict, item: int, rows: slice, keys: slice) -> dict:
     indices = np.where(indices >= (keys.stop if keys.stop is not None else np.inf), -1, indices)
     kept = {name: value for name, value in options.items() if name != "kv_members"}
     return {**kept, "kv_indices": indices, "topk_length": None}
+
+
+def sparse_indices_counts(grid: Grid, options: dict):
+    """Under ``sparse_duplicates="count"``, how often row i of h's key/value head lists key j
+    (cuDNN's reference: a softmax over the slots); None under "once" (a set)."""
+    if options.get("sparse_duplicates", "once") == "once":
+        return None
+    indices = options["kv_indices"]
+    heads, kv_heads = grid.head.shape[1], indices.shape[1]
+    kv_head = grid.head // (heads // kv_heads) if kv_heads > 1 else grid.head * 0
+    listed = indices[grid.batch, kv_head, grid.row][..., 0, :]  # (B, H, Tq, K)
+    return (listed[..., None, :] == grid.key[..., None]).sum(-1)
 
 
 def sparse_indices_sees(grid: Grid, options: dict):
@@ -453,25 +477,38 @@ MASK_KINDS: tuple[MaskKind, ...] = (
         prepared=_sparse_prepared,
         cut=_sparse_cut,
         listed=True,
+        conventions={"sparse_duplicates": SPARSE_DUPLICATES},
+        counts=sparse_indices_counts,
     ),
 )
 MASK_KEYWORDS = tuple(keyword for kind in MASK_KINDS for keyword in kind.keywords)
+# The conventions the kinds declare ({name: values, the default first}): options of the truth's,
+# not keywords of a call.
+MASK_CONVENTIONS = {name: values for kind in MASK_KINDS
+                    for name, values in kind.conventions.items()}  # fmt: skip
 # The keywords whose values list which keys each row sees, as arrays (MaskKind.listed).
 LISTED_KEYWORDS = tuple(keyword for kind in MASK_KINDS if kind.listed for keyword in kind.keywords)
 
 
 def mask_options(options: dict) -> dict:
-    """The keywords of a call's options that say which keys it sees (``causal`` included)."""
-    return {name: options[name] for name in MASK_KEYWORDS if options.get(name) is not None}
+    """The keywords of a call's options that say which keys it sees (``causal`` included), and
+    the conventions the truth reads with them (:data:`MASK_CONVENTIONS`)."""
+    return {name: options[name] for name in (*MASK_KEYWORDS, *MASK_CONVENTIONS)
+            if options.get(name) is not None}  # fmt: skip
 
 
 def only_mask_options(options: dict) -> dict:
     """``options``, all of which must say which keys a call sees: another keyword is refused by
     name rather than dropped."""
-    unknown = sorted(name for name in options if name not in MASK_KEYWORDS)
+    unknown = sorted(name for name in options
+                     if name not in MASK_KEYWORDS and name not in MASK_CONVENTIONS)  # fmt: skip
     if unknown:
         raise TypeError(f"{', '.join(unknown)} do not say which keys a query sees; the mask "
                         f"keywords are {', '.join(MASK_KEYWORDS)}")  # fmt: skip
+    for name, value in options.items():
+        if name in MASK_CONVENTIONS and value not in MASK_CONVENTIONS[name]:
+            raise ValueError(f"{name}={value!r}, but should be one of "
+                             f"{', '.join(MASK_CONVENTIONS[name])}")  # fmt: skip
     return mask_options(options)
 
 
@@ -530,6 +567,30 @@ def visible(grid: Grid, options: dict, *, instead: dict[str, Predicate | None] |
         if predicate is not None:
             seen = seen & predicate(grid, options)
     return seen
+
+
+def counted_keys(tq: int, tk: int, *, heads: int = 1, **options):
+    """(B or 1, H or 1, Tq, Tk): how many times each query counts each key, as
+    :func:`visible_keys` lays out which it sees; None where every key counts once."""
+    if all(options.get(name, values[0]) == values[0] for name, values in MASK_CONVENTIONS.items()):
+        return None  # the default conventions count each key once
+    options = prepared(options)
+    batch, heads = extent_of(options, heads=heads)
+    grid = Grid.over(batch, heads, tq, tk, key_lengths=options.get("key_lengths"))
+    return key_counts(grid, options)
+
+
+def key_counts(grid: Grid, options: dict):
+    """How many times each query counts each key (the product of the kinds' counts), over
+    ``grid``; None where every kind counts a visible key once."""
+    options = prepared(options)
+    counted = None
+    for kind in MASK_KINDS:
+        if kind.counts is not None and kind.applies(options):
+            counts = kind.counts(grid, options)
+            if counts is not None:
+                counted = counts if counted is None else counted * counts
+    return counted
 
 
 def visible_keys(tq: int, tk: int, *, causal: bool = True, heads: int = 1, **options):

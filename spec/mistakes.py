@@ -30,8 +30,10 @@ from spec.formula import (
     unread_padding_zeroed,
 )
 from spec.masks import (
+    MASK_CONVENTIONS,
     MASK_KEYWORDS,
     Grid,
+    counted_keys,
     custom_mask_sees,
     extent_of,
     prepared,
@@ -72,6 +74,7 @@ class Call:
     mask_indptr: tuple[int, ...] | None = None  # where each block's bytes start, and the end
     kv_indices: np.ndarray | None = None  # (B, Hkv, Tq, K), the keys each row lists, -1 none
     topk_length: tuple[int, ...] | None = None
+    sparse_duplicates: str | None = None  # the declared convention: "once" (None), or "count"
     page_size: int | None = None  # k and v reached it as page pools (spec.formula.page_pool)
 
     @property
@@ -94,7 +97,7 @@ class Call:
     @property
     def mask_options(self) -> dict:
         """The keywords that say which keys each query sees (spec.masks), ``causal`` with them."""
-        return {name: getattr(self, name) for name in MASK_KEYWORDS
+        return {name: getattr(self, name) for name in (*MASK_KEYWORDS, *MASK_CONVENTIONS)
                 if getattr(self, name, None) is not None}  # fmt: skip
 
     @property
@@ -230,6 +233,10 @@ def attend_with(
     k, v = k[:, index], v[:, values_index]  # (B, Hkv, T, D) -> (B, Hq, T, D)
     scores = q @ k.swapaxes(-1, -2) * (call.resolved_scale if scale is None else scale)
     visible = visible_keys_of(call) if visible is None else visible
+    counts = counted_keys(call.tq, call.tk, heads=call.heads, **call.mask_options)
+    if counts is not None:  # the declared convention counts some keys twice
+        with np.errstate(divide="ignore"):
+            scores = scores + np.log(np.maximum(counts, 1))
     weights = (weights_of or _masked_softmax)(scores, visible)
     if zero_padding:
         v = unread_padding_zeroed(v, key_lengths=call.key_lengths)
@@ -933,7 +940,11 @@ def _past_topk_read(q, k, v, call):
     "sparse-duplicates-counted",
     "a key listed twice in a row weighs twice: the slots' scores summed, not the set's",
     "cuDNN's reference semantics (a multiset) in a kernel whose contract is a set",
-    lambda call: call.kv_indices is not None and bool((listed_counts(call) > 1).any()),
+    lambda call: (
+        call.kv_indices is not None
+        and call.sparse_duplicates in (None, "once")
+        and bool((listed_counts(call) > 1).any())
+    ),
 )
 def _duplicates_counted(q, k, v, call):
     counts = listed_counts(call)
@@ -943,6 +954,21 @@ def _duplicates_counted(q, k, v, call):
             return softmax(np.where(visible, scores + np.log(counts), -np.inf))
 
     return attend_with(q, k, v, call, weights_of=weights)
+
+
+@mistake(
+    "sparse-duplicates-collapsed",
+    "a key listed twice in a row weighs once, where the declared convention counts each slot",
+    "duplicates removed before the gather (a set, FlashAttention 4's reference) in a kernel that "
+    "declares cuDNN's multiset",
+    lambda call: (
+        call.kv_indices is not None
+        and call.sparse_duplicates == "count"
+        and bool((listed_counts(call) > 1).any())
+    ),
+)
+def _duplicates_collapsed(q, k, v, call):
+    return attend_with(q, k, v, replace(call, sparse_duplicates=None))
 
 
 # Padding and packing

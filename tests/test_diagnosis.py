@@ -12,12 +12,13 @@ import pytest
 
 from conformance.judge.diagnosis import conclude, locate, mismatch, spans
 from conformance.judge.harness import Case
-from conformance.judge.mask_draws import IndexDraw, MaskDraw, TreeDraw
+from conformance.judge.mask_draws import IndexDraw, MaskDraw, PackedMaskDraw, TreeDraw
 from conformance.judge.truth import CaseTruth, largest_finite
 from conformance.report.verdicts import WIDTH, shell_lines
 from spec.dtypes import UNIT_ROUNDOFF
 from spec.formula import merge_states, page_pool, reference_attention
 from spec.gradient_mistakes import GRADIENT_MISTAKES, GradientCall
+from spec.masks import MASK_CONVENTIONS
 from spec.mistakes import MISTAKES, Call, find_mistake
 from spec.state_mistakes import STATE_MISTAKES, LseCall, MergeCall, find_any_mistake
 from tests.suite_process import run_module
@@ -76,6 +77,11 @@ CASES = [
         keys=12, empty=0.3, duplicates=2, seed=1).array(2, 2, 9, 40)}, None),
     ((2, 4, 2, 9, 40, 16, 16), {"enable_gqa": True, "topk_length": (12, 5), "kv_indices": IndexDraw(
         keys=12, seed=2).array(2, 2, 9, 40)}, None),
+    # a bit-packed mask over two packed sequences, two spare bytes after each block
+    ((1, 2, 2, 31, 47, 16, 16), {"cu_seqlens_q": (0, 13, 31), "cu_seqlens_k": (0, 21, 47),
+                                 **PackedMaskDraw(MaskDraw(0.5, seed=3), spare=2).for_case(Case(
+                                     heads=2, tq=31, tk=47, cu_seqlens_q=(0, 13, 31),
+                                     cu_seqlens_k=(0, 21, 47)))}, None),
 ]  # fmt: skip
 
 
@@ -113,12 +119,16 @@ def test_each_mutant_with_a_mistake_is_that_mistakes_variant(name):
             gqa and "enable_gqa" not in parameters
         ):
             continue
+        # the convention the member declares for what it is given (duplicates counted or not):
+        # the truth's and the variant's, not a keyword of the call
+        declared = {name: getattr(member.fn, name) for name in MASK_CONVENTIONS
+                    if hasattr(member.fn, name) and "kv_indices" in options}  # fmt: skip
         q, k, v = inputs(shape, treatment, rng)
         if treatment == "nan padding":
             for b, length in enumerate(options["key_lengths"]):
                 v[b, :, length:] = np.nan
         dtype = "float32" if mistake.name.endswith("float16") else "float64"
-        call = Call.of(q, k, v, dtype=dtype, causal=causal, scale=scale, **options)
+        call = Call.of(q, k, v, dtype=dtype, causal=causal, scale=scale, **options, **declared)
         if not mistake.shows(call):
             continue
         extra = {"enable_gqa": True} if gqa else {}
@@ -134,8 +144,10 @@ def test_each_mutant_with_a_mistake_is_that_mistakes_variant(name):
             got = np.asarray(
                 member.fn(*inputs_, causal=causal, scale=scale, **options, **extra), np.float64
             )
-            truth = reference_attention(q, k, v, causal=causal, scale=scale, **dense_options)
-            variant = mistake.output(q, k, v, dtype=dtype, causal=causal, scale=scale, **options)
+            truth = reference_attention(q, k, v, causal=causal, scale=scale, **dense_options,
+                                        **declared)  # fmt: skip
+            variant = mistake.output(q, k, v, dtype=dtype, causal=causal, scale=scale, **options,
+                                     **declared)  # fmt: skip
         # a 1e-10 relative error is the epsilon's whole bug; the others are off by far more
         tolerance = 1e-13 if mistake.name == "softmax-epsilon-in-denominator" else 1e-4
         # Mutant and variant evaluate one formula in the same dtype, but through other code (other

@@ -59,6 +59,9 @@ class Case:
     packed_mask: PackedMaskDraw | None = None  # likewise, with its mask_indptr
     kv_indices: IndexDraw | None = None  # likewise: the keys each row lists
     topk_length: tuple[int, ...] | None = None  # how many of each item's slots count
+    # how a key listed twice counts, as the implementation declares it (Subject.fit): the
+    # truth's convention, not a keyword of the call
+    sparse_duplicates: str = "once"
     return_lse: bool | None = None  # Subject.call_with_lse sets it
     page_size: int | None = None  # the worker lays k and v out as page pools of this size
     layout: str = "contiguous"  # how the worker lays the inputs out (impls.capabilities.LAYOUTS)
@@ -122,7 +125,10 @@ class Case:
         """The keywords of :attr:`variant` that change what is computed: the truth's and the
         diagnosis's (a page size only lays the same keys out otherwise)."""
         layout_only = {k for feature in FEATURES if feature.layout_only for k in feature.keywords}
-        return {name: value for name, value in self.variant.items() if name not in layout_only}
+        variant = {name: value for name, value in self.variant.items() if name not in layout_only}
+        if self.kv_indices is not None and self.sparse_duplicates != "once":
+            variant["sparse_duplicates"] = self.sparse_duplicates
+        return variant
 
     def needs(self, feature: Feature) -> bool:
         """Whether calling this case needs ``feature`` declared: a keyword of it set, or, for
@@ -153,6 +159,7 @@ class Case:
                 ("scales", self.fp8_convention, None),
                 ("per", self.fp8_kv_scale, None),
                 ("poison_allocations", self.poison_allocations, False),
+                ("duplicates", self.sparse_duplicates, "once"),
             )
             if value != default
         )
@@ -257,6 +264,7 @@ class Subject:
         skipped, a Dv equal to D following it; and the nearest declared lengths above the
         test's, keeping Tq = Tk or Tq < Tk as it was."""
         case = self.fit_lengths(self.fit_page_size(case))
+        case = case.with_(sparse_duplicates=self.client.capabilities.sparse_duplicates)
         declared = self.client.capabilities.head_dims
         if declared is None or case.head_dim in declared:
             return case
@@ -292,6 +300,12 @@ class Subject:
     def require(self, case: Case, *, weights: bool = False, autograd: bool = False) -> None:
         """Skip, naming the missing capability, when the implementation does not declare what
         ``case`` needs."""
+        declared = self.client.capabilities.sparse_duplicates
+        if case.kv_indices is not None and case.sparse_duplicates != declared:
+            raise RuntimeError(  # the suite's own slip: the truth would be another convention's
+                f"a sparse case judged under sparse_duplicates={case.sparse_duplicates!r} where "
+                f"{self.name} declares {declared!r}: the test did not fit it (Subject.fit)"
+            )
         missing = self.missing(case, weights=weights, autograd=autograd)
         if missing:
             pytest.skip(f"{self.name} does not declare {', '.join(missing)}")

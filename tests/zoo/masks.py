@@ -347,3 +347,29 @@ def sparse_gathered_row_by_row(q, k, v, *, causal=True, scale=None, enable_gqa=F
         return attend_masked(q, k, v, causal=causal, scale=scale, attn_mask=None)
     return gathered(q, k, v, causal=causal, scale=scale, kv_indices=kv_indices,
                     topk_length=topk_length)  # fmt: skip
+
+
+@correct_variant
+def sparse_gathered_slot_by_slot(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                                 kv_indices=None, topk_length=None):  # fmt: skip
+    """cuDNN's convention, declared: a softmax over the slots, so a key listed twice weighs
+    twice (sparse_duplicates = "count")."""
+    if kv_indices is None:
+        return attend_masked(q, k, v, causal=causal, scale=scale, attn_mask=None)
+    return gathered(q, k, v, causal=causal, scale=scale, kv_indices=kv_indices,
+                    topk_length=topk_length, as_set=False)  # fmt: skip
+
+
+@mutant("masking", "SPARSE-KEYS", mistake="sparse-duplicates-collapsed")
+def sparse_duplicates_collapsed(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                                kv_indices=None, topk_length=None):  # fmt: skip
+    """Declares cuDNN's multiset and gathers each listed key once: duplicates removed before
+    the gather, so a key the indexer listed twice weighs once."""
+    if kv_indices is None:
+        return attend_masked(q, k, v, causal=causal, scale=scale, attn_mask=None)
+    return gathered(q, k, v, causal=causal, scale=scale, kv_indices=kv_indices,
+                    topk_length=topk_length)  # fmt: skip
+
+
+sparse_gathered_slot_by_slot.sparse_duplicates = "count"
+sparse_duplicates_collapsed.sparse_duplicates = "count"
