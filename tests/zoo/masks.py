@@ -123,15 +123,21 @@ def tree_mask_transposed(q, k, v, *, causal=True, scale=None, tree_mask=None):
 
 def attend_packed(q, k, v, *, causal, scale, cu_seqlens_q, cu_seqlens_k, read_block):
     """The formula under the blocks ``read_block(s, rows, keys)`` returns, (rows, keys) booleans:
-    one per packed sequence, or per batch item without them."""
+    one per packed sequence, or per batch item without them; no mask where ``read_block`` is
+    None. A sequence with no key gives zeros."""
     if cu_seqlens_q is None:
+        if read_block is None:
+            return attend_masked(q, k, v, causal=causal, scale=scale, attn_mask=None)
         mask = np.stack([read_block(b, q.shape[-2], k.shape[-2]) for b in range(q.shape[0])])
         return attend_masked(q, k, v, causal=causal, scale=scale, attn_mask=mask[:, None])
     pieces = []
     for s, (q0, q1, k0, k1) in enumerate(
         zip(cu_seqlens_q[:-1], cu_seqlens_q[1:], cu_seqlens_k[:-1], cu_seqlens_k[1:], strict=True)
     ):
-        block = read_block(s, q1 - q0, k1 - k0)
+        if k1 == k0:
+            pieces.append(np.zeros((*q.shape[:-2], q1 - q0, v.shape[-1]), q.dtype))
+            continue
+        block = None if read_block is None else read_block(s, q1 - q0, k1 - k0)
         pieces.append(
             attend_masked(
                 q[..., q0:q1, :],
@@ -146,6 +152,8 @@ def attend_packed(q, k, v, *, causal, scale, cu_seqlens_q, cu_seqlens_k, read_bl
 
 
 def block_reader(packed_mask, mask_indptr, *, bitorder="little", offsets_in_bits=False):
+    if packed_mask is None:
+        return None
     bits = np.unpackbits(packed_mask, bitorder=bitorder).astype(bool)
     unit = 1 if offsets_in_bits else 8
 
@@ -164,6 +172,7 @@ def packed_mask_big_endian(
     *,
     causal=True,
     scale=None,
+    enable_gqa=False,
     cu_seqlens_q=None,
     cu_seqlens_k=None,
     packed_mask=None,
@@ -191,6 +200,7 @@ def packed_mask_offsets_in_bits(
     *,
     causal=True,
     scale=None,
+    enable_gqa=False,
     cu_seqlens_q=None,
     cu_seqlens_k=None,
     packed_mask=None,
@@ -219,6 +229,7 @@ def packed_mask_offsets_from_shapes(
     *,
     causal=True,
     scale=None,
+    enable_gqa=False,
     cu_seqlens_q=None,
     cu_seqlens_k=None,
     packed_mask=None,
@@ -260,6 +271,7 @@ def packed_mask_bit_by_bit(
     *,
     causal=True,
     scale=None,
+    enable_gqa=False,
     cu_seqlens_q=None,
     cu_seqlens_k=None,
     packed_mask=None,
@@ -271,6 +283,9 @@ def packed_mask_bit_by_bit(
     def read_block(s, rows, keys):
         bit = int(mask_indptr[s]) * 8 + np.arange(rows * keys)
         return ((packed_mask[bit >> 3] >> (bit & 7)) & 1).astype(bool).reshape(rows, keys)
+
+    if packed_mask is None:
+        read_block = None
 
     return attend_packed(
         q,
