@@ -221,7 +221,8 @@ def packed_mask_offsets_in_bits(
     )
 
 
-@mutant("masking", "MASK-PACKED")
+# where a block lies in the mask's memory, not which keys it marks: no variant of the formula
+@mutant("layout", "MASK-PACKED")
 def packed_mask_offsets_from_shapes(
     q,
     k,
