@@ -202,7 +202,8 @@ FEATURES: tuple[Feature, ...] = (
         "query row i of every query head of key/value head h' sees the keys its row lists, each "
         "once however often listed (a set: FlashAttention 4's gather_kv_indices reference; "
         "Capabilities.sparse_duplicates = 'count' declares cuDNN's multiset, a key listed m "
-        "times weighing m), -1 an empty slot; intersected with the causal mask (bottom-right aligned) and key lengths "
+        "times weighing m), -1 an empty slot; intersected with the causal mask (bottom-right "
+        "aligned) and key lengths "
         "(DeepSeek's sparse attention: FlashMLA's sparse kernels, cuDNN's DSA); a row that "
         "lists no key it may see follows the declared empty-row convention",
         keywords=("kv_indices",),
