@@ -1,6 +1,6 @@
 """Extensions, index-sparse attention: kv_indices (B, Hkv, Tq, K), the keys each query row of a
-key/value head sees, -1 an empty slot, intersected with the causal mask; topk_length
-(SPARSE-KEYS, SPARSE-INVARIANT, SPARSE-TOPK)."""
+key/value head sees, -1 an empty slot, intersected with the causal mask; topk_length; indices
+that name blocks of keys (SPARSE-KEYS, SPARSE-INVARIANT, SPARSE-TOPK, SPARSE-BLOCKS)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from conformance.judge.assertions import (
 )
 from conformance.judge.harness import Case
 from conformance.judge.mask_draws import IndexDraw
+from spec.masks import visible_keys
 
 SPARSE_CASES = {
     # grouped heads, some slots empty, some keys listed twice
@@ -162,4 +163,74 @@ def test_only_the_first_topk_length_slots_count(subject, dtype, case):
         "out with the slots past topk_length rewritten to other keys",
         subject.call(rewritten, q, k, v),
         out,
+    )
+
+
+BLOCK_CASES = {
+    # 100 keys in blocks of 32: the last block holds 4; grouped heads, a block listed twice
+    "prefill": Case(
+        batch=2,
+        heads=4,
+        kv_heads=2,
+        tq=100,
+        head_dim=16,
+        kv_block_size=32,
+        kv_indices=IndexDraw(keys=3, empty=0.2, duplicates=1, seed=21),
+    ),
+    # an item's key length ends inside a block: the block's keys past it are padding
+    "key lengths": Case(
+        batch=2,
+        heads=2,
+        tq=6,
+        tk=128,
+        head_dim=16,
+        key_lengths=(128, 77),
+        kv_block_size=32,
+        kv_indices=IndexDraw(keys=2, seed=22),
+    ),
+    # native sparse attention's decoding: blocks of 64 over 300 cached keys (the last holds 44)
+    "mla-decode": Case(
+        batch=2,
+        heads=16,
+        kv_heads=1,
+        tq=2,
+        tk=300,
+        head_dim=576,
+        value_dim=512,
+        scale=MLA_SCALE,
+        kv_block_size=64,
+        kv_indices=IndexDraw(keys=3, empty=0.1, seed=23),
+    ),
+}
+
+
+@pytest.mark.claim("SPARSE-BLOCKS")
+@pytest.mark.parametrize("case", list(BLOCK_CASES.values()), ids=list(BLOCK_CASES))
+def test_each_row_sees_the_blocks_it_lists(subject, dtype, case):
+    case = subject.fit(case.with_(dtype=dtype, poison_allocations=True))
+    q, k, v = subject.inputs(case, spread=1.5)
+    v = mla_values(case, k) if mla_values(case, k) is not None else v
+    assert_sparse_output(subject, case, subject.call(case, q, k, v), q, k, v)
+
+
+@pytest.mark.claim("SPARSE-BLOCKS")
+def test_blocks_no_row_lists_have_no_influence(subject, dtype):
+    case = BLOCK_CASES["prefill"]
+    case = subject.fit(case.with_(dtype=dtype, kv_indices=replace(case.kv_indices,
+                                                                    unlisted_keys=1)))  # fmt: skip
+    q, k, v = subject.inputs(case)
+    unlisted = ~visible_keys(case.tq, case.tk, causal=False, heads=case.heads,
+                             **case.formula_variant).any(axis=(1, 2))  # (B, Tk)  # fmt: skip
+    assert unlisted.any(), f"{case.describe()} lists every block"
+    clean = subject.call(case, q, k, v)
+    fresh = subject.inputs(case, spread=3.0)
+    where = unlisted[:, None, :, None]
+    changed_k, changed_v = np.where(where, fresh[1], k), np.where(where, fresh[2], v)
+    assert_identical(
+        subject,
+        case,
+        f"out with the keys and values of the {int(unlisted.sum())} keys in blocks no row lists "
+        "changed",
+        subject.call(case, q, changed_k, changed_v),
+        clean,
     )

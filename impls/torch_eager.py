@@ -80,14 +80,15 @@ class TorchEager(TorchArrays, Implementation):
         )
         if split is not None:
             return split
-        if variant.get("kv_indices") is not None and set(listed) <= {"kv_indices", "topk_length"}:
+        gathered_kinds = {"kv_indices", "topk_length", "kv_block_size"}
+        if variant.get("kv_indices") is not None and set(listed) <= gathered_kinds:
             return gathered_attention(q, k, v, causal=causal, scale=scale, **variant)
         weights = self.attention_weights(q, k, causal=causal, scale=scale, **variant)
         return weights @ padding_zeroed(repeated_heads(q, v), key_lengths)  # (B, H, Tq, Dv)
 
 
-def gathered_attention(q, k, v, *, causal, scale, kv_indices, topk_length=None, window=None,
-                       key_lengths=None):  # fmt: skip
+def gathered_attention(q, k, v, *, causal, scale, kv_indices, topk_length=None,
+                       kv_block_size=None, window=None, key_lengths=None):  # fmt: skip
     """Index-sparse attention as a sparse kernel computes it: each row's listed keys and values
     gathered (B, Hkv, Tq, K, D), the scores of those alone, K per row instead of Tk. A key
     listed twice counts once (its later slots are emptied), an empty slot (-1), a future key, a
@@ -102,6 +103,11 @@ def gathered_attention(q, k, v, *, causal, scale, kv_indices, topk_length=None, 
         counted = torch.tensor([int(n) for n in topk_length], device=q.device)
         past = torch.arange(slots, device=q.device) >= counted[:, None, None, None]
         indices = indices.masked_fill(past, -1)
+    if kv_block_size is not None:  # block j as its keys, those past Tk as empty slots
+        keys = indices[..., None] * kv_block_size + torch.arange(kv_block_size, device=q.device)
+        keys = keys.masked_fill((indices[..., None] < 0) | (keys >= tk), -1)
+        indices = keys.flatten(-2)
+        slots = indices.shape[-1]
     ordered, _ = indices.sort(dim=-1)
     repeated = torch.zeros_like(ordered, dtype=torch.bool)
     repeated[..., 1:] = ordered[..., 1:] == ordered[..., :-1]

@@ -220,6 +220,17 @@ FEATURES: tuple[Feature, ...] = (
         flag="topk length",
         missing="topk_length (slots past it not read)",
     ),
+    Feature(
+        "sparse_blocks",
+        "kv_block_size=b with kv_indices: each index names a block of b keys, index j the keys "
+        "j * b .. j * b + b - 1 (the last block partial where b does not divide Tk), -1 an empty "
+        "slot; the blocks' keys are then seen as kv_indices' keys are (native sparse "
+        "attention's block_indices, blocks of 32 to 64 keys)",
+        keywords=("kv_block_size",),
+        plain_keywords=("kv_block_size",),
+        flag="sparse blocks",
+        missing="kv_block_size (indices that name blocks of keys)",
+    ),
 )
 
 FEATURE_NAMES = tuple(feature.name for feature in FEATURES)

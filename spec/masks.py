@@ -242,7 +242,10 @@ SPARSE_DUPLICATES = ("once", "count")
 def _sparse_problem(options, dims: Dims) -> str | None:
     indices = options.get("kv_indices")
     if indices is None:
-        return "topk_length without kv_indices: it counts the first entries of their rows"
+        lone = "topk_length" if options.get("topk_length") is not None else "kv_block_size"
+        what = {"topk_length": "it counts the first entries of their rows",
+                "kv_block_size": "it sizes the blocks they name"}[lone]  # fmt: skip
+        return f"{lone} without kv_indices: {what}"
     if not (hasattr(indices, "shape") and hasattr(indices, "dtype")):
         return f"kv_indices is a {type(indices).__name__}, but should be an integer array"
     expected = f"(B, Hkv, Tq, K) = ({dims.batch}, {dims.kv_heads}, {dims.tq}, K)"
@@ -250,12 +253,19 @@ def _sparse_problem(options, dims: Dims) -> str | None:
         return f"kv_indices has dtype {indices.dtype}, but should be int32 or int64"
     if indices.ndim != 4 or tuple(indices.shape[:3]) != (dims.batch, dims.kv_heads, dims.tq):
         return f"kv_indices has shape {tuple(indices.shape)}, but should be {expected}"
+    block = options.get("kv_block_size")
+    if block is not None and (not _is_integer(block) or block < 1):
+        return f"kv_block_size={block!r}, but should be a positive integer (keys a block) or None"
+    block = block or 1
     values = host_values(indices)
-    wrong = (values < -1) | (values >= dims.tk)
+    named = -(-dims.tk // block)  # the blocks the keys make, the last one partial or not
+    wrong = (values < -1) | (values >= named)
     if wrong.any():
         at = tuple(int(i) for i in np.argwhere(wrong)[0])
+        what = (f"a key 0..{dims.tk - 1}" if block == 1 else
+                f"a block of {block} keys 0..{named - 1} (Tk = {dims.tk})")  # fmt: skip
         return (
-            f"kv_indices{list(at)} = {int(values[at])}, but an index names a key 0..{dims.tk - 1}, "
+            f"kv_indices{list(at)} = {int(values[at])}, but an index names {what}, "
             "or is -1 for an empty slot"
         )
     lengths = options.get("topk_length")
@@ -273,18 +283,28 @@ def _sparse_problem(options, dims: Dims) -> str | None:
 
 def _sparse_prepared(options: dict) -> dict:
     """kv_indices with the slots past each item's topk_length emptied (-1): they do not count,
-    whatever they hold; and, for NumPy indices, ``kv_members``: the rows' lists as a boolean
-    (B, Hkv, Tq, largest index + 1), which the predicate reads (one scatter, not a comparison of
-    every slot with every key)."""
+    whatever they hold; blocks (kv_block_size) listed as their keys; and, for NumPy indices,
+    ``kv_members``: the rows' lists as a boolean (B, Hkv, Tq, largest index + 1), which the
+    predicate reads (one scatter, not a comparison of every slot with every key)."""
     lengths = options.get("topk_length")
     if lengths is not None:
         indices = np.asarray(options["kv_indices"])
         past = np.arange(indices.shape[-1]) >= np.asarray(lengths)[:, None, None, None]
         options = {**options, "kv_indices": np.where(past, -1, indices), "topk_length": None}
+    if options.get("kv_block_size") is not None:
+        keys = keys_of_blocks(np.asarray(options["kv_indices"]), options["kv_block_size"])
+        options = {**options, "kv_indices": keys, "kv_block_size": None}
     indices = options["kv_indices"]
     if options.get("kv_members") is None and isinstance(indices, np.ndarray):
         options = {**options, "kv_members": listed_members(indices)}
     return options
+
+
+def keys_of_blocks(indices: np.ndarray, block: int) -> np.ndarray:
+    """(B, Hkv, Tq, K * block): each slot's block j as the keys j * block .. j * block + block - 1
+    (those past Tk name no key, and no row sees them), an empty slot as ``block`` empty slots."""
+    keys = indices[..., None] * block + np.arange(block)
+    return np.where(indices[..., None] < 0, -1, keys).reshape(*indices.shape[:-1], -1)
 
 
 def listed_members(indices: np.ndarray) -> np.ndarray:
@@ -300,7 +320,7 @@ def _sparse_cut(options: dict, item: int, rows: slice, keys: slice) -> dict:
     # an index past the item's keys names its padding, which no row sees: an empty slot there
     indices = np.where(indices >= (keys.stop if keys.stop is not None else np.inf), -1, indices)
     kept = {name: value for name, value in options.items() if name != "kv_members"}
-    return {**kept, "kv_indices": indices, "topk_length": None}
+    return {**kept, "kv_indices": indices, "topk_length": None, "kv_block_size": None}
 
 
 def sparse_indices_counts(grid: Grid, options: dict):
@@ -470,7 +490,7 @@ MASK_KINDS: tuple[MaskKind, ...] = (
     ),
     MaskKind(
         "kv_indices",
-        ("kv_indices", "topk_length"),
+        ("kv_indices", "topk_length", "kv_block_size"),
         sparse_indices_sees,
         extent=lambda o: tuple(o["kv_indices"].shape[:2]),
         problem=_sparse_problem,

@@ -74,6 +74,7 @@ class Call:
     mask_indptr: tuple[int, ...] | None = None  # where each block's bytes start, and the end
     kv_indices: np.ndarray | None = None  # (B, Hkv, Tq, K), the keys each row lists, -1 none
     topk_length: tuple[int, ...] | None = None
+    kv_block_size: int | None = None  # the keys each index names, where it names a block
     sparse_duplicates: str | None = None  # the declared convention: "once" (None), or "count"
     page_size: int | None = None  # k and v reached it as page pools (spec.formula.page_pool)
 
@@ -903,7 +904,8 @@ def _packed_mask_offsets_in_bits(q, k, v, call):
 def listed_counts(call: Call) -> np.ndarray:
     """(B, H, Tq, Tk): how often each row of each query head lists each key (its key/value
     head's row), the slots past topk_length left out."""
-    indices = prepared({"kv_indices": call.kv_indices, "topk_length": call.topk_length})
+    indices = prepared({"kv_indices": call.kv_indices, "topk_length": call.topk_length,
+                        "kv_block_size": call.kv_block_size})  # fmt: skip
     rows = np.repeat(indices["kv_indices"], call.heads // call.kv_heads, axis=1)  # (B, H, Tq, K)
     return (rows[..., None, :] == np.arange(call.tk)[:, None]).sum(axis=-1)
 
@@ -969,6 +971,52 @@ def _duplicates_counted(q, k, v, call):
 )
 def _duplicates_collapsed(q, k, v, call):
     return attend_with(q, k, v, replace(call, sparse_duplicates=None))
+
+
+def _lists_blocks(call: Call) -> bool:
+    return call.kv_indices is not None and (call.kv_block_size or 1) > 1
+
+
+@mistake(
+    "sparse-block-index-as-key",
+    "each index of kv_indices read as one key, not as the block of kv_block_size keys it names",
+    "a token-sparse gather reused for block indices, the block size taken but never applied",
+    _lists_blocks,
+)
+def _block_index_as_key(q, k, v, call):
+    return attend_with(q, k, v, call, visible=visible_keys_of(replace(call, kv_block_size=None)))
+
+
+@mistake(
+    "sparse-blocks-of-64",
+    "blocks read as 64 keys each, whatever kv_block_size the call gives",
+    "a block size fixed at native sparse attention's default (64) in the kernel's tiling",
+    lambda call: _lists_blocks(call) and call.kv_block_size != 64,
+)
+def _blocks_of_64(q, k, v, call):
+    return attend_with(q, k, v, call, visible=visible_keys_of(replace(call, kv_block_size=64)))
+
+
+def _whole_blocks_end(call: Call) -> int:
+    """Where the keys of the whole blocks end: a partial last block starts there."""
+    return call.tk - call.tk % call.kv_block_size
+
+
+@mistake(
+    "sparse-partial-block-dropped",
+    "the last block's keys never read where kv_block_size does not divide Tk",
+    "the blocks counted as Tk // kv_block_size, so the partial one is skipped",
+    lambda call: (
+        _lists_blocks(call)
+        and call.tk % call.kv_block_size != 0
+        and bool((call.kv_indices == call.tk // call.kv_block_size).any())
+    ),
+)
+def _partial_block_dropped(q, k, v, call):
+    def sees(g, o):
+        return sparse_indices_sees(g, o) & (g.key < _whole_blocks_end(call))
+
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"kv_indices": sees}))
 
 
 # Padding and packing

@@ -394,6 +394,35 @@ REGIMES: tuple[Regime, ...] = (
             ),
         )
     ),
+    *(
+        Regime(f"sparse-blocks.{name}", "sparse_blocks", claims, what, why)
+        for name, claims, what, why in (
+            (
+                "partial-last-block",
+                ("SPARSE-BLOCKS", "GRAD-SPARSE"),
+                "a row sees keys of a last block that holds fewer than kv_block_size",
+                "only whole blocks read (Tk // b of them): the partial block dropped",
+            ),
+            (
+                "length-inside-block",
+                ("SPARSE-BLOCKS",),
+                "an item's key length ends inside a block a row lists",
+                "a listed block read whole, past the item's keys into its padding",
+            ),
+            (
+                "repeated-block",
+                ("SPARSE-BLOCKS", "GRAD-SPARSE"),
+                "a block listed twice in a row",
+                "each of its keys weighs twice under a set's convention",
+            ),
+            (
+                "block-64",
+                ("SPARSE-BLOCKS",),
+                "blocks of 64 keys, native sparse attention's default",
+                "a kernel right only at the block size it was written for",
+            ),
+        )
+    ),
     Regime(
         "chunk.one",
         "chunked",

@@ -10,15 +10,26 @@ import shlex
 import numpy as np
 import pytest
 
-from conformance.judge.diagnosis import conclude, locate, mismatch, spans
+from conformance.judge.diagnosis import (
+    DIAGNOSED_WORK,
+    conclude,
+    describe_diagnosis,
+    diagnose,
+    locate,
+    mismatch,
+    spans,
+    with_empty_rows,
+    work_of,
+)
 from conformance.judge.harness import Case
 from conformance.judge.mask_draws import IndexDraw, MaskDraw, PackedMaskDraw, TreeDraw
+from conformance.judge.tolerance import compare_to_oracle
 from conformance.judge.truth import CaseTruth, largest_finite
 from conformance.report.verdicts import WIDTH, shell_lines
 from spec.dtypes import UNIT_ROUNDOFF
 from spec.formula import merge_states, page_pool, reference_attention
 from spec.gradient_mistakes import GRADIENT_MISTAKES, GradientCall
-from spec.masks import MASK_CONVENTIONS
+from spec.masks import LISTED_KEYWORDS, MASK_CONVENTIONS
 from spec.mistakes import MISTAKES, Call, find_mistake
 from spec.state_mistakes import STATE_MISTAKES, LseCall, MergeCall, find_any_mistake
 from tests.suite_process import run_module
@@ -77,6 +88,9 @@ CASES = [
         keys=12, empty=0.3, duplicates=2, seed=1).array(2, 2, 9, 40)}, None),
     ((2, 4, 2, 9, 40, 16, 16), {"enable_gqa": True, "topk_length": (12, 5), "kv_indices": IndexDraw(
         keys=12, seed=2).array(2, 2, 9, 40)}, None),
+    # blocks of 16 keys over 40 (the last holds 8), a block listed twice
+    ((2, 4, 2, 9, 40, 16, 16), {"enable_gqa": True, "kv_block_size": 16, "kv_indices": IndexDraw(
+        keys=3, empty=0.2, duplicates=1, seed=3).array(2, 2, 9, 3)}, None),
     # a bit-packed mask over two packed sequences, two spare bytes after each block
     ((1, 2, 2, 31, 47, 16, 16), {"cu_seqlens_q": (0, 13, 31), "cu_seqlens_k": (0, 21, 47),
                                  **PackedMaskDraw(MaskDraw(0.5, seed=3), spare=2).for_case(Case(
@@ -148,6 +162,8 @@ def test_each_mutant_with_a_mistake_is_that_mistakes_variant(name):
                                         **declared)  # fmt: skip
             variant = mistake.output(q, k, v, dtype=dtype, causal=causal, scale=scale, **options,
                                      **declared)  # fmt: skip
+        if set(options) & set(LISTED_KEYWORDS):  # rows a variant leaves no key: zeros, declared
+            variant = with_empty_rows(variant, got, "zeros")
         # a 1e-10 relative error is the epsilon's whole bug; the others are off by far more
         tolerance = 1e-13 if mistake.name == "softmax-epsilon-in-denominator" else 1e-4
         # Mutant and variant evaluate one formula in the same dtype, but through other code (other
@@ -336,6 +352,24 @@ def test_where_nothing_matches_the_claim_says_where_and_what_its_failures_share(
     assert [d["name"] for d in located] == ["where", "pattern"]
     assert located[0]["text"] == "somewhere in t1"
     assert located[1]["text"] == "all 2 failing comparisons have Tq = 1 and dtype float32"
+
+
+def test_a_call_too_large_to_try_the_catalogue_on_says_so():
+    """A call past DIAGNOSED_WORK gets no variant computed: its diagnosis says the catalogue was
+    not tried, never that no mistake matches."""
+    untried = {**finding("t1"), "tried": False}
+    assert "not tried on a call this large" in describe_diagnosis(conclude([untried]))
+    assert "no catalogued mistake matches" in describe_diagnosis(conclude([finding("t1")]))
+    # one finding tried among untried ones: what it says (nothing matched there) holds
+    assert "no catalogued mistake" in describe_diagnosis(conclude([untried, finding("t2")]))
+    case = Case(heads=2, tq=512, head_dim=64, dtype="float32")
+    assert work_of(case) > DIAGNOSED_WORK
+    q, k, v = (np.ones(shape) for shape in (case.q_shape, case.k_shape, case.v_shape))
+    truth = np.ones(case.out_shape)
+    comparison = compare_to_oracle(truth + 1.0, q, k, v, dtype="float32", truth=truth)
+    found = diagnose(truth + 1.0, q, k, v, case=case, comparison=comparison, truth=truth)
+    assert found["tried"] is False, found
+    assert not found["matched"], found
 
 
 def test_a_planted_wrong_diagnosis_is_reported():

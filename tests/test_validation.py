@@ -203,3 +203,26 @@ def test_mask_offsets_and_indices_are_read_from_any_array(family):
     with pytest.raises(AttentionInputError, match=r"kv_indices\[0, 0, 0, 1\] = 6, but"):
         validate_inputs(Q, K, V, causal=True, scale=None,
                         kv_indices=make(np.where(np.arange(2) == 1, 6, indices)))  # fmt: skip
+
+
+BLOCKS = np.zeros((1, 4, 6, 2), np.int32)  # two slots a row, each naming a block
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (dict(kv_indices=BLOCKS, kv_block_size=0),
+         "kv_block_size=0, but should be a positive integer"),
+        (dict(kv_indices=BLOCKS, kv_block_size=2.0),
+         "kv_block_size=2.0, but should be a positive integer"),
+        (dict(kv_block_size=4), "kv_block_size without kv_indices: it sizes the blocks"),
+        # six keys in blocks of 4 make two blocks, 0 and 1
+        (dict(kv_indices=BLOCKS + 2, kv_block_size=4),
+         r"kv_indices\[0, 0, 0, 0\] = 2, but an index names a block of 4 keys 0..1 \(Tk = 6\)"),
+        (dict(kv_indices=BLOCKS - 2, kv_block_size=4), r"kv_indices\[0, 0, 0, 0\] = -2, but"),
+    ],
+)  # fmt: skip
+def test_bad_block_indices_are_refused_by_name(options, message):
+    validate_inputs(Q, K, V, causal=True, scale=None, kv_indices=BLOCKS + 1, kv_block_size=4)
+    with pytest.raises(AttentionInputError, match=message):
+        validate_inputs(Q, K, V, causal=True, scale=None, **options)

@@ -80,7 +80,7 @@ def diagnose(
     if sum(work_of(piece) for piece, *_ in pieces) > DIAGNOSED_WORK:
         # Too large to compute every variant on: where the error lies, and no mistake either
         # matched or refuted (a smaller failing case of the same kernel names it).
-        return finding_of(out, truth, case, comparison, matched={}, refuted=[])
+        return finding_of(out, truth, case, comparison, matched={}, refuted=[], tried=False)
     calls = [
         (piece, CaseTruth(*arrays), Call.of(*arrays, dtype=piece.dtype, causal=piece.causal,
                                             scale=piece.scale, **mistake_options(piece)))
@@ -242,8 +242,12 @@ def diagnose_gradients(grads: dict, call: GradientCall, *, case, comparisons: di
     return finding_of(got, truth, case, comparisons[f"d{name}"], matched=matched, refuted=refuted)
 
 
-def finding_of(out, truth, case, comparison: Comparison, *, matched, refuted) -> dict:
+def finding_of(out, truth, case, comparison: Comparison, *, matched, refuted,
+               tried: bool = True) -> dict:  # fmt: skip
+    """``tried``: whether the catalogue's variants were computed on the call (not past
+    :data:`DIAGNOSED_WORK`), so that an empty ``matched`` means none matched."""
     return {
+        "tried": tried,
         "case": case.describe(),
         "tq": case.tq,
         "tk": case.tk,
@@ -411,6 +415,8 @@ def conclude(findings: list[dict], refuted: set[str] | None = None) -> list[dict
             "text": first["where"],
             "test": first["test"],
             "fraction_of_budget": first["fraction_of_budget"],
+            # no finding computed the catalogue: nothing was refuted either
+            "tried": any(finding.get("tried", True) for finding in findings),
         }
     ]
     pattern = common_pattern(findings)
@@ -452,4 +458,14 @@ def describe_diagnosis(entries: list[dict]) -> str:
             f'{e["name"]}, "{e["text"]}" ({describe_fraction(e["fraction_of_budget"])})'
             for e in mistakes
         )
-    return "diagnosis: no catalogued mistake matches; " + "; ".join(e["text"] for e in entries)
+    return f"diagnosis: {unmatched(entries)}; " + "; ".join(e["text"] for e in entries)
+
+
+def unmatched(entries: list[dict]) -> str:
+    """Why a diagnosis names no mistake: none matched, or none was tried (the call too large)."""
+    if all(entry.get("tried", True) for entry in entries):
+        return "no catalogued mistake matches"
+    return (
+        f"the catalogue's mistakes not tried on a call this large (over {DIAGNOSED_WORK} "
+        "multiply-adds; a smaller failing case names one)"
+    )

@@ -59,6 +59,7 @@ class Case:
     packed_mask: PackedMaskDraw | None = None  # likewise, with its mask_indptr
     kv_indices: IndexDraw | None = None  # likewise: the keys each row lists
     topk_length: tuple[int, ...] | None = None  # how many of each item's slots count
+    kv_block_size: int | None = None  # the keys each index of kv_indices names
     # how a key listed twice counts, as the implementation declares it (Subject.fit): the
     # truth's convention, not a keyword of the call
     sparse_duplicates: str = "once"

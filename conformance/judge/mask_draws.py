@@ -116,7 +116,7 @@ class IndexDraw:
     row of each key/value head, drawn without replacement from all Tk (future ones too, which
     the causal mask hides), some slots empty (-1), some repeating an earlier slot of the row."""
 
-    keys: int = 16  # K, the slots per row (at most Tk are distinct)
+    keys: int = 16  # K, the slots per row (at most Tk, or its blocks, are distinct)
     empty: float = 0.0  # the share of slots left empty (-1)
     duplicates: int = 0  # slots per row that repeat an earlier slot's key
     blind_rows: int = 0  # rows whose every slot is empty, spread over the rows
@@ -127,10 +127,12 @@ class IndexDraw:
     rewritten_past_topk: bool = False
 
     def for_case(self, case) -> np.ndarray:
-        indices = self.array(case.batch, case.key_value_heads, case.tq, case.tk)
+        # what an index names: a key, or a block of kv_block_size keys (the last one partial)
+        named = -(-case.tk // (case.kv_block_size or 1))
+        indices = self.array(case.batch, case.key_value_heads, case.tq, named)
         if self.rewritten_past_topk and case.topk_length is not None:
             past = np.arange(self.keys) >= np.asarray(case.topk_length)[:, None, None, None]
-            other = (indices.astype(np.int64) + 1 + self.keys) % case.tk
+            other = (indices.astype(np.int64) + 1 + self.keys) % named
             indices = np.where(past, other, indices).astype(self.dtype)
         return indices
 

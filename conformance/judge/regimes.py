@@ -15,7 +15,7 @@ import numpy as np
 from conformance.judge.truth import inputs_digest
 from impls.capabilities import LAYOUTS
 from spec.formula import causal_mask, keys_read_and_blind_rows
-from spec.masks import as_four_dims
+from spec.masks import as_four_dims, visible_keys
 from spec.regimes import FAR_ABOVE, FAR_BELOW, FAR_SCORES, LSE_NEAR_1000, SINK_FAR
 
 # Beyond this many scores a call's score regimes are not read: the suite's large cases are there
@@ -152,6 +152,31 @@ def _sparse_regimes(case) -> set[str]:
             ("sparse.one-kv-head", case.key_value_heads == 1 and case.heads > 1),
             ("sparse.mla", case.head_dim == 576 and case.value_dim == 512),
             ("sparse.topk-zero", case.topk_length is not None and 0 in case.topk_length),
+        )
+        if holds
+    } | (_sparse_block_regimes(case, indices) if case.kv_block_size else set())  # fmt: skip
+
+
+def _sparse_block_regimes(case, indices) -> set[str]:
+    """Read off the blocks the call lists (``indices``: the slots that count) and the keys its
+    rows see."""
+    block = case.kv_block_size
+    seen = visible_keys(case.tq, case.tk, causal=case.causal, heads=case.heads,
+                        **case.formula_variant).any(axis=(1, 2))  # (B, Tk)  # fmt: skip
+    lengths = case.key_lengths or ()  # the items' lengths short of Tk, where they are given
+    listed = [set(indices[b][indices[b] >= 0].tolist()) for b in range(case.batch)]
+    repeated = np.sort(indices, axis=-1)
+    return {
+        regime
+        for regime, holds in (
+            ("sparse-blocks.partial-last-block",
+             case.tk % block != 0 and bool(seen[:, case.tk - case.tk % block :].any())),
+            ("sparse-blocks.length-inside-block",
+             any(n < case.tk and n % block and n // block in listed[b]
+                 for b, n in enumerate(lengths))),
+            ("sparse-blocks.repeated-block", bool(((repeated[..., 1:] == repeated[..., :-1])
+                                                   & (repeated[..., 1:] >= 0)).any())),
+            ("sparse-blocks.block-64", block == 64),
         )
         if holds
     }  # fmt: skip

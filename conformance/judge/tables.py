@@ -143,6 +143,19 @@ BACKWARD_CASES = [
         ),
         id="sparse-decode-one-kv-head",
     ),
+    # blocks of 32 keys, the last one partial (70 = 2 * 32 + 6), a block listed twice
+    row(
+        "GRAD-SPARSE",
+        Case(
+            heads=4,
+            kv_heads=2,
+            tq=70,
+            head_dim=16,
+            kv_block_size=32,
+            kv_indices=IndexDraw(keys=3, empty=0.2, duplicates=1, seed=43),
+        ),
+        id="sparse-blocks",
+    ),
 ]
 
 

@@ -15,6 +15,7 @@ import re
 import shlex
 import textwrap
 
+from conformance.judge.diagnosis import unmatched
 from conformance.judge.tolerance import describe_fraction
 from conformance.run.ledger import ClaimVerdict, RowVerdict
 
@@ -110,9 +111,7 @@ def diagnosis_lines(
             )
             lines += wrapped(entry["hint"], indent + "  ", first="usually: ")
         elif entry["name"] == "where":
-            lines += wrapped(
-                f"no catalogued mistake matches; {entry['text']}", indent, first="diagnosis: "
-            )
+            lines += wrapped(f"{unmatched([entry])}; {entry['text']}", indent, first="diagnosis: ")
         else:
             lines += wrapped(entry["text"], indent + "  ")
     return lines

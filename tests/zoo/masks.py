@@ -303,9 +303,11 @@ def packed_mask_bit_by_bit(
 # --- index-sparse attention -----------------------------------------------------------------------
 
 
-def gathered(q, k, v, *, causal, scale, kv_indices, topk_length=None, as_set=True) -> np.ndarray:
+def gathered(q, k, v, *, causal, scale, kv_indices, topk_length=None, as_set=True,
+             block_size=None, blocks_end=None) -> np.ndarray:  # fmt: skip
     """Each row over the keys its kv head's row lists, gathered slot by slot as a sparse kernel
-    does: the slots past topk_length dropped, -1 and future keys skipped, a key listed twice
+    does: the slots past topk_length dropped, a slot's block of ``block_size`` keys read key by
+    key up to ``blocks_end`` (Tk by default), -1 and future keys skipped, a key listed twice
     once (``as_set``) or twice."""
     tq, tk = q.shape[-2], k.shape[-2]
     group = q.shape[1] // k.shape[1]
@@ -314,6 +316,11 @@ def gathered(q, k, v, *, causal, scale, kv_indices, topk_length=None, as_set=Tru
         slots = kv_indices[b, h // group, i]
         if topk_length is not None:
             slots = slots[: topk_length[b]]
+        if block_size is not None:
+            end = tk if blocks_end is None else blocks_end
+            slots = np.array([key for slot in slots.tolist() for key in (
+                range(slot * block_size, min(slot * block_size + block_size, end))
+                if slot >= 0 else [-1])], dtype=np.int64)  # fmt: skip
         slots = slots[(slots >= 0) & ((slots <= i + tk - tq) if causal else True)]
         if as_set:
             slots = np.unique(slots)
@@ -389,3 +396,55 @@ def sparse_duplicates_collapsed(q, k, v, *, causal=True, scale=None, enable_gqa=
 
 sparse_gathered_slot_by_slot.sparse_duplicates = "count"
 sparse_duplicates_collapsed.sparse_duplicates = "count"
+
+
+# --- indices that name blocks of keys (native sparse attention) ---------------------------------
+
+
+@mutant("masking", "SPARSE-BLOCKS", mistake="sparse-block-index-as-key")
+def sparse_block_index_as_key(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                              kv_indices=None, kv_block_size=None):  # fmt: skip
+    """Takes kv_block_size and gathers each index as one key: a token-sparse gather reused for
+    block indices."""
+    if kv_indices is None:
+        return attend_masked(q, k, v, causal=causal, scale=scale, attn_mask=None)
+    return gathered(q, k, v, causal=causal, scale=scale, kv_indices=kv_indices)
+
+
+@mutant("masking", "SPARSE-BLOCKS", mistake="sparse-blocks-of-64")
+def sparse_blocks_of_64(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                        kv_indices=None, kv_block_size=None):  # fmt: skip
+    """Reads every block as 64 keys, the block size its tiling was written for, whatever the
+    call gives."""
+    if kv_indices is None:
+        return attend_masked(q, k, v, causal=causal, scale=scale, attn_mask=None)
+    return gathered(q, k, v, causal=causal, scale=scale, kv_indices=kv_indices,
+                    block_size=64 if kv_block_size else None)  # fmt: skip
+
+
+@mutant(
+    "masking",
+    "SPARSE-BLOCKS",
+    mistake="sparse-partial-block-dropped",
+    alike=("last-key-tile-dropped-32", "last-key-tile-dropped-64"),
+)
+def sparse_partial_block_dropped(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                                 kv_indices=None, kv_block_size=None):  # fmt: skip
+    """Counts Tk // kv_block_size blocks: the keys of a partial last block are never read."""
+    if kv_indices is None:
+        return attend_masked(q, k, v, causal=causal, scale=scale, attn_mask=None)
+    tk = k.shape[-2]
+    return gathered(q, k, v, causal=causal, scale=scale, kv_indices=kv_indices,
+                    block_size=kv_block_size,
+                    blocks_end=tk - tk % kv_block_size if kv_block_size else None)  # fmt: skip
+
+
+@correct_variant
+def sparse_gathered_block_by_block(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                                   kv_indices=None, topk_length=None,
+                                   kv_block_size=None):  # fmt: skip
+    """Gathers each listed block's keys one by one, the last block cut at Tk."""
+    if kv_indices is None:
+        return attend_masked(q, k, v, causal=causal, scale=scale, attn_mask=None)
+    return gathered(q, k, v, causal=causal, scale=scale, kv_indices=kv_indices,
+                    topk_length=topk_length, block_size=kv_block_size)  # fmt: skip
