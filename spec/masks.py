@@ -106,6 +106,12 @@ class MaskKind:
     # how many times a query counts each key it sees, where a convention counts some more than
     # once (the truth adds log(count) to its score); None: once each
     counts: Callable[[Grid, dict], Any] | None = None
+    # the keywords whose value is an array of any dims (a mask, its bytes, indices), not numbers
+    # per batch item or sequence
+    arrays: tuple[str, ...] = ()
+    # the keywords that come with another's value and are not set apart (a packed mask's
+    # offsets): a test's case draws them with it
+    companions: tuple[str, ...] = ()
 
     def applies(self, options: dict) -> bool:
         if self.on is not None:
@@ -466,6 +472,7 @@ MASK_KINDS: tuple[MaskKind, ...] = (
         problem=_custom_mask_problem,
         cut=lambda o, item, rows, keys: _custom_mask_cut(o, item, rows, keys),
         listed=True,
+        arrays=("attn_mask",),
     ),
     MaskKind(
         "tree_mask",
@@ -475,6 +482,7 @@ MASK_KINDS: tuple[MaskKind, ...] = (
         problem=_tree_mask_problem,
         cut=_tree_mask_cut,
         listed=True,
+        arrays=("tree_mask",),
     ),
     # FlashInfer's custom mask bit-packed: one (Tq_s x Tk_s) block per packed sequence (or per
     # batch item), the blocks' bytes starting at mask_indptr.
@@ -487,6 +495,8 @@ MASK_KINDS: tuple[MaskKind, ...] = (
         prepared=_packed_mask_prepared,
         cut=_packed_mask_cut,
         listed=True,
+        arrays=("packed_mask",),
+        companions=("mask_indptr",),
     ),
     MaskKind(
         "kv_indices",
@@ -499,6 +509,7 @@ MASK_KINDS: tuple[MaskKind, ...] = (
         listed=True,
         conventions={"sparse_duplicates": SPARSE_DUPLICATES},
         counts=sparse_indices_counts,
+        arrays=("kv_indices",),
     ),
 )
 MASK_KEYWORDS = tuple(keyword for kind in MASK_KINDS for keyword in kind.keywords)
@@ -508,6 +519,22 @@ MASK_CONVENTIONS = {name: values for kind in MASK_KINDS
                     for name, values in kind.conventions.items()}  # fmt: skip
 # The keywords whose values list which keys each row sees, as arrays (MaskKind.listed).
 LISTED_KEYWORDS = tuple(keyword for kind in MASK_KINDS if kind.listed for keyword in kind.keywords)
+# The keywords whose value is an array of any dims (MaskKind.arrays).
+ARRAY_KEYWORDS = frozenset(keyword for kind in MASK_KINDS for keyword in kind.arrays)
+# The keywords a test sets (a field of its case each): all but the companions of another's.
+CASE_KEYWORDS = tuple(keyword for kind in MASK_KINDS for keyword in kind.keywords
+                      if keyword not in kind.companions)  # fmt: skip
+
+
+def with_mask_fields(cls: type, keywords=(*MASK_KEYWORDS, *MASK_CONVENTIONS)) -> type:
+    """Gives the class a field per keyword of ``keywords`` it does not declare itself (default
+    None), before @dataclass makes its fields: a call's or a case's mask keywords follow the
+    kinds' declarations."""
+    for keyword in keywords:
+        if keyword not in cls.__annotations__:
+            cls.__annotations__[keyword] = "Any"
+            setattr(cls, keyword, None)
+    return cls
 
 
 def mask_options(options: dict) -> dict:

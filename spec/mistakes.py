@@ -16,7 +16,7 @@ dtype: the output matches it when it lies within that dtype's budget of the trut
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from spec.formula import (
     unread_padding_zeroed,
 )
 from spec.masks import (
+    ARRAY_KEYWORDS,
     MASK_CONVENTIONS,
     MASK_KEYWORDS,
     Grid,
@@ -40,12 +41,14 @@ from spec.masks import (
     sparse_indices_sees,
     tree_mask_sees,
     visible,
+    with_mask_fields,
 )
 
 TILE_SIZES = (32, 64, 128)  # the key tiles of the tiling mistakes: the widths kernels use
 
 
 @dataclass(frozen=True)
+@with_mask_fields
 class Call:
     """What a mistake needs to know of one attention call: its shapes, dtype and options."""
 
@@ -68,15 +71,10 @@ class Call:
     alibi_slopes: tuple[float, ...] | None = None
     sinks: tuple[float, ...] | None = None
     chunk: int | None = None
-    attn_mask: np.ndarray | None = None  # (B or 1, H or 1, Tq, Tk), True where a query sees a key
-    tree_mask: np.ndarray | None = None  # (B or 1, Tq, Tq), which drafts each draft sees
-    packed_mask: np.ndarray | None = None  # uint8: each sequence's block of bits, little-endian
-    mask_indptr: tuple[int, ...] | None = None  # where each block's bytes start, and the end
-    kv_indices: np.ndarray | None = None  # (B, Hkv, Tq, K), the keys each row lists, -1 none
-    topk_length: tuple[int, ...] | None = None
-    kv_block_size: int | None = None  # the keys each index names, where it names a block
-    sparse_duplicates: str | None = None  # the declared convention: "once" (None), or "count"
     page_size: int | None = None  # k and v reached it as page pools (spec.formula.page_pool)
+    # and a field per keyword of the other mask kinds (spec.masks, with_mask_fields): a listed
+    # mask an array (spec.masks.ARRAY_KEYWORDS), its per-item numbers tuples; and the kinds'
+    # conventions as declared (sparse_duplicates: "once" or None, or "count")
 
     @property
     def modified(self) -> bool:
@@ -90,7 +88,7 @@ class Call:
         # per-item numbers as tuples; a mask (spec.masks) stays an array
         options = {name: tuple(value) if isinstance(value, list | tuple)
                    or (isinstance(value, np.ndarray) and value.ndim == 1
-                       and name not in _ARRAY_FIELDS) else value
+                       and name not in ARRAY_KEYWORDS) else value
                    for name, value in variant.items()}  # fmt: skip
         return cls(batch, heads, kv_heads, tq, tk, head_dim, v.shape[-1], dtype, causal, scale,
                    **options)  # fmt: skip
@@ -126,10 +124,6 @@ class Call:
     @property
     def has_padding(self) -> bool:
         return self.key_lengths is not None and min(self.key_lengths) < self.tk
-
-
-# The Call fields that hold an array whatever its dims (a mask's bytes, not per-item numbers).
-_ARRAY_FIELDS = frozenset(f.name for f in fields(Call) if str(f.type).startswith("np.ndarray"))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ reproduce the call - implementation, seed, test id, shapes, dtype, causal, scale
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -22,12 +23,14 @@ from conformance.run.worker_clients import ImplementationBroke, ImplementationCl
 from spec.dtypes import round_to
 from spec.features import FEATURES, Feature
 from spec.formula import causal_mask
+from spec.masks import CASE_KEYWORDS, with_mask_fields
 
 # What a Case field may hold instead of a value: a recipe drawn for the case's shape.
 DRAWS = (MaskDraw, IndexDraw, TreeDraw, PackedMaskDraw)
 
 
 @dataclass(frozen=True)
+@functools.partial(with_mask_fields, keywords=CASE_KEYWORDS)
 class Case:
     """One attention call: shapes (B, H, Tq, Tk, D, Dv), dtype, causal and scale, and where a
     test of the extensions sets them, k's and v's heads, a window, key lengths and a layout."""
@@ -54,12 +57,11 @@ class Case:
     alibi_slopes: tuple[float, ...] | None = None  # one per query head
     sinks: tuple[float, ...] | None = None  # one per query head
     chunk: int | None = None
-    attn_mask: MaskDraw | None = None  # the call gets the mask drawn for its shape
-    tree_mask: TreeDraw | None = None  # likewise: which drafts each draft sees
-    packed_mask: PackedMaskDraw | None = None  # likewise, with its mask_indptr
-    kv_indices: IndexDraw | None = None  # likewise: the keys each row lists
-    topk_length: tuple[int, ...] | None = None  # how many of each item's slots count
-    kv_block_size: int | None = None  # the keys each index of kv_indices names
+    # and a field per keyword of the other mask kinds (spec.masks.CASE_KEYWORDS, default None):
+    # a listed mask as the recipe its call's array is drawn by for the case's shape (MaskDraw,
+    # TreeDraw, PackedMaskDraw with its mask_indptr, IndexDraw: DRAWS), the others as values
+    # (topk_length, kv_block_size)
+    #
     # how a key listed twice counts, as the implementation declares it (Subject.fit): the
     # truth's convention, not a keyword of the call
     sparse_duplicates: str = "once"
