@@ -68,6 +68,50 @@ SPARSE_CASES = {
 }
 
 
+BLOCK_CASES = {
+    # 100 keys in blocks of 32: the last block holds 4; grouped heads, a block listed twice
+    "prefill": Case(
+        batch=2,
+        heads=4,
+        kv_heads=2,
+        tq=100,
+        head_dim=16,
+        kv_block_size=32,
+        kv_indices=IndexDraw(keys=3, empty=0.2, duplicates=1, seed=21),
+    ),
+    # an item's key length ends inside a block: the block's keys past it are padding
+    "key lengths": Case(
+        batch=2,
+        heads=2,
+        tq=6,
+        tk=128,
+        head_dim=16,
+        key_lengths=(128, 77),
+        kv_block_size=32,
+        kv_indices=IndexDraw(keys=2, seed=22),
+    ),
+    # native sparse attention's decoding: blocks of 64 over 300 cached keys (the last holds 44)
+    "mla-decode": Case(
+        batch=2,
+        heads=16,
+        kv_heads=1,
+        tq=2,
+        tk=300,
+        head_dim=576,
+        value_dim=512,
+        scale=MLA_SCALE,
+        kv_block_size=64,
+        kv_indices=IndexDraw(keys=3, empty=0.1, seed=23),
+    ),
+}
+
+
+def claimed(claim: str, cases: dict[str, Case], prefix: str = "") -> list:
+    """The cases as parameters of a test, each held to ``claim``."""
+    return [pytest.param(case, marks=pytest.mark.claim(claim), id=prefix + name)
+            for name, case in cases.items()]  # fmt: skip
+
+
 def mla_values(case: Case, k):
     """MLA's v: the first Dv columns of its latent k (the rotary part past them is k's alone)."""
     if case.kv_heads == 1 and case.head_dim == 576 and case.value_dim == 512:
@@ -81,8 +125,10 @@ def assert_sparse_output(subject, case: Case, out, q, k, v) -> None:
     assert_output_and_empty_rows(subject, case, out, q, k, v, blind_rows_of(case))
 
 
-@pytest.mark.claim("SPARSE-KEYS")
-@pytest.mark.parametrize("case", list(SPARSE_CASES.values()), ids=list(SPARSE_CASES))
+@pytest.mark.parametrize(
+    "case",
+    [*claimed("SPARSE-KEYS", SPARSE_CASES), *claimed("SPARSE-BLOCKS", BLOCK_CASES, "blocks-")],
+)
 def test_each_row_sees_the_keys_it_lists(subject, dtype, case):
     # Fresh allocations read as NaN: rows left unwritten show, whatever the convention.
     case = subject.fit(case.with_(dtype=dtype, poison_allocations=True))
@@ -91,23 +137,26 @@ def test_each_row_sees_the_keys_it_lists(subject, dtype, case):
     assert_sparse_output(subject, case, subject.call(case, q, k, v), q, k, v)
 
 
-@pytest.mark.claim("SPARSE-INVARIANT")
+def with_unlisted(cases: dict[str, Case], names: tuple[str, ...], unlisted: int) -> dict:
+    """The cases named, ``unlisted`` keys (or blocks) listed by no row."""
+    return {name: cases[name].with_(kv_indices=replace(cases[name].kv_indices,
+                                                       unlisted_keys=unlisted))
+            for name in names}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "case",
     [
-        SPARSE_CASES[name].with_(kv_indices=replace(SPARSE_CASES[name].kv_indices,
-                                                    unlisted_keys=11))
-        for name in ("prefill", "non-causal")
+        *claimed("SPARSE-INVARIANT", with_unlisted(SPARSE_CASES, ("prefill", "non-causal"), 11)),
+        *claimed("SPARSE-BLOCKS", with_unlisted(BLOCK_CASES, ("prefill",), 1), "blocks-"),
     ],
-    ids=["prefill", "non-causal"],
-)  # fmt: skip
+)
 def test_keys_no_row_lists_have_no_influence(subject, dtype, case):
     case = subject.fit(case.with_(dtype=dtype))
     q, k, v = subject.inputs(case)
-    listed = np.zeros((case.batch, case.tk), bool)
-    for b, row_indices in enumerate(case.variant["kv_indices"]):
-        listed[b, row_indices[row_indices >= 0]] = True
-    unlisted = ~listed  # (B, Tk)
+    listed = visible_keys(case.tq, case.tk, causal=False, heads=case.heads,
+                          **case.formula_variant).any(axis=(1, 2))  # (B, Tk)  # fmt: skip
+    unlisted = ~listed
     assert unlisted.any(), f"{case.describe()} lists every key"
     clean = subject.call(case, q, k, v)
     fresh = subject.inputs(case, spread=3.0)  # other finite values for the same places
@@ -163,74 +212,4 @@ def test_only_the_first_topk_length_slots_count(subject, dtype, case):
         "out with the slots past topk_length rewritten to other keys",
         subject.call(rewritten, q, k, v),
         out,
-    )
-
-
-BLOCK_CASES = {
-    # 100 keys in blocks of 32: the last block holds 4; grouped heads, a block listed twice
-    "prefill": Case(
-        batch=2,
-        heads=4,
-        kv_heads=2,
-        tq=100,
-        head_dim=16,
-        kv_block_size=32,
-        kv_indices=IndexDraw(keys=3, empty=0.2, duplicates=1, seed=21),
-    ),
-    # an item's key length ends inside a block: the block's keys past it are padding
-    "key lengths": Case(
-        batch=2,
-        heads=2,
-        tq=6,
-        tk=128,
-        head_dim=16,
-        key_lengths=(128, 77),
-        kv_block_size=32,
-        kv_indices=IndexDraw(keys=2, seed=22),
-    ),
-    # native sparse attention's decoding: blocks of 64 over 300 cached keys (the last holds 44)
-    "mla-decode": Case(
-        batch=2,
-        heads=16,
-        kv_heads=1,
-        tq=2,
-        tk=300,
-        head_dim=576,
-        value_dim=512,
-        scale=MLA_SCALE,
-        kv_block_size=64,
-        kv_indices=IndexDraw(keys=3, empty=0.1, seed=23),
-    ),
-}
-
-
-@pytest.mark.claim("SPARSE-BLOCKS")
-@pytest.mark.parametrize("case", list(BLOCK_CASES.values()), ids=list(BLOCK_CASES))
-def test_each_row_sees_the_blocks_it_lists(subject, dtype, case):
-    case = subject.fit(case.with_(dtype=dtype, poison_allocations=True))
-    q, k, v = subject.inputs(case, spread=1.5)
-    v = mla_values(case, k) if mla_values(case, k) is not None else v
-    assert_sparse_output(subject, case, subject.call(case, q, k, v), q, k, v)
-
-
-@pytest.mark.claim("SPARSE-BLOCKS")
-def test_blocks_no_row_lists_have_no_influence(subject, dtype):
-    case = BLOCK_CASES["prefill"]
-    case = subject.fit(case.with_(dtype=dtype, kv_indices=replace(case.kv_indices,
-                                                                    unlisted_keys=1)))  # fmt: skip
-    q, k, v = subject.inputs(case)
-    unlisted = ~visible_keys(case.tq, case.tk, causal=False, heads=case.heads,
-                             **case.formula_variant).any(axis=(1, 2))  # (B, Tk)  # fmt: skip
-    assert unlisted.any(), f"{case.describe()} lists every block"
-    clean = subject.call(case, q, k, v)
-    fresh = subject.inputs(case, spread=3.0)
-    where = unlisted[:, None, :, None]
-    changed_k, changed_v = np.where(where, fresh[1], k), np.where(where, fresh[2], v)
-    assert_identical(
-        subject,
-        case,
-        f"out with the keys and values of the {int(unlisted.sum())} keys in blocks no row lists "
-        "changed",
-        subject.call(case, q, changed_k, changed_v),
-        clean,
     )
