@@ -140,12 +140,12 @@ def _sparse_regimes(case) -> set[str]:
         indices = np.where(past, -1, indices)
     _, blind = keys_read_and_blind_rows(case.tq, case.tk, causal=case.causal, heads=case.heads,
                                         **case.formula_variant)  # fmt: skip
-    repeated = np.sort(indices, axis=-1)
+    ordered = np.sort(indices, axis=-1)
+    repeats = bool(((ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] >= 0)).any())
     return {
         regime
         for regime, holds in (
-            ("sparse.duplicates", bool(((repeated[..., 1:] == repeated[..., :-1])
-                                        & (repeated[..., 1:] >= 0)).any())),
+            ("sparse.duplicates", repeats),
             ("sparse.empty-slots", bool((indices < 0).any())),
             ("sparse.blind-rows", bool(blind.any())),
             ("sparse.slots-past-tk", indices.shape[-1] > case.tk),
@@ -154,18 +154,17 @@ def _sparse_regimes(case) -> set[str]:
             ("sparse.topk-zero", case.topk_length is not None and 0 in case.topk_length),
         )
         if holds
-    } | (_sparse_block_regimes(case, indices) if case.kv_block_size else set())  # fmt: skip
+    } | (_sparse_block_regimes(case, indices, repeats) if case.kv_block_size else set())
 
 
-def _sparse_block_regimes(case, indices) -> set[str]:
-    """Read off the blocks the call lists (``indices``: the slots that count) and the keys its
-    rows see."""
+def _sparse_block_regimes(case, indices, repeats: bool) -> set[str]:
+    """Read off the blocks the call lists (``indices``: the slots that count; ``repeats``: a
+    row lists one twice) and the keys its rows see."""
     block = case.kv_block_size
     seen = visible_keys(case.tq, case.tk, causal=case.causal, heads=case.heads,
                         **case.formula_variant).any(axis=(1, 2))  # (B, Tk)  # fmt: skip
     lengths = case.key_lengths or ()  # the items' lengths short of Tk, where they are given
     listed = [set(indices[b][indices[b] >= 0].tolist()) for b in range(case.batch)]
-    repeated = np.sort(indices, axis=-1)
     return {
         regime
         for regime, holds in (
@@ -174,8 +173,7 @@ def _sparse_block_regimes(case, indices) -> set[str]:
             ("sparse-blocks.length-inside-block",
              any(n < case.tk and n % block and n // block in listed[b]
                  for b, n in enumerate(lengths))),
-            ("sparse-blocks.repeated-block", bool(((repeated[..., 1:] == repeated[..., :-1])
-                                                   & (repeated[..., 1:] >= 0)).any())),
+            ("sparse-blocks.repeated-block", repeats),
             ("sparse-blocks.block-64", block == 64),
         )
         if holds
