@@ -247,16 +247,19 @@ def reference_attention(q, k, v, *, causal: bool = True, scale: float | None = N
 def score_rounding_sensitivity(
     q, k, v, *, causal: bool = True, scale: float | None = None, sinks=None, **variant
 ):
-    """How far the output moves, per unit of relative error, when every score is rounded by its
-    own size, (B, H, Tq, Dv), in float64: the bound sqrt(sum_j w_ij (v_jd - o_id)^2) *
-    sqrt(sum_j w_ij s_ij^2).
+    """How far the output moves, per unit of relative error, when every score is rounded by the
+    size of its dot product, (B, H, Tq, Dv), in float64: the bound sqrt(sum_j w_ij (v_jd -
+    o_id)^2) * sqrt(sum_j w_ij m_ij^2), where m_ij = max(|s_ij|, |scale| sum_d |q_id k_jd|).
 
-    Rounding s_ij to s_ij (1 + e_ij) moves o_id by sum_j w_ij (v_jd - o_id) s_ij e_ij to first
-    order (the weights' own shift, w_ij (e_ij s_ij - sum_k w_ik e_ik s_ik), times V; a sink, which
-    is not rounded, changes nothing of it); with |e_ij| <= 1, Cauchy-Schwarz bounds that by the
-    product above. It is large on a row whose top scores are large and nearly tied over
-    different values: there any two correct evaluations of the scores disagree, whichever is
-    exact by chance. Rows that see no key, and values no row reads, count 0."""
+    A score off by e_ij moves o_id by sum_j w_ij (v_jd - o_id) e_ij to first order (the weights'
+    own shift, w_ij (e_ij - sum_k w_ik e_ik), times V; a sink, which is not rounded, changes
+    nothing of it); with |e_ij| <= m_ij, Cauchy-Schwarz bounds that by the product above, per
+    unit. A dot product errs by a share of the sum of its terms' sizes, not of its result: where
+    the terms cancel (D = 576 of MLA: that sum is tens of times |s| at the median key) the
+    result's own size would understate it. The bound is large on a row whose top scores are
+    large and nearly tied over different values: there any two correct evaluations of the scores
+    disagree, whichever is exact by chance. Rows that see no key, and values no row reads, count
+    0."""
     if variant.get("cu_seqlens_q") is not None:
         return per_sequence(
             score_rounding_sensitivity, q, k, v, causal=causal, scale=scale, sinks=sinks, **variant
@@ -269,10 +272,18 @@ def score_rounding_sensitivity(
     # sum_j w_ij (v_jd - o_id)^2, expanded into products; sinks leave sum_j w_ij below 1
     spread = weights @ (v * v) - 2 * out * out + out * out * weights.sum(-1, keepdims=True)
     # In place, as softmax: on ANDREA's twelve heads each fresh (Tq, Tk) array costs as much as
-    # the arithmetic. Hidden keys (-inf, weight 0) count 0.
+    # the arithmetic, so the terms' sizes are the one more. Hidden keys (-inf, weight 0) count 0.
+    terms_size = reference_scores(
+        np.abs(np.asarray(q, np.float64)),
+        np.abs(repeat_kv_heads(q, np.asarray(k, np.float64))),
+        abs(resolve_scale(scale, q.shape[-1])),
+    )
+    np.abs(scores, out=scores)
+    np.maximum(scores, terms_size, out=scores)
+    del terms_size
     np.copyto(scores, 0.0, where=weights == 0)
     np.multiply(scores, scores, out=scores)
-    score_size = weights[..., None, :] @ scores[..., :, None]  # sum_j w_ij s_ij^2, (B, H, Tq, 1, 1)
+    score_size = weights[..., None, :] @ scores[..., :, None]  # sum_j w_ij m_ij^2, (B, H, Tq, 1, 1)
     score_size = score_size[..., 0]  # (B, H, Tq, 1)
     return np.sqrt(np.maximum(spread, 0.0) * score_size)
 

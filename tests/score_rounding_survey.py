@@ -25,11 +25,12 @@ SIZES = (1e2, 1e4, 3e4)  # the largest scaled score; SOFTMAX-STABLE's float32 ca
 U32 = UNIT_ROUNDOFF["float32"]
 
 
-def inputs_with_scores_up_to(largest: float, seed: int):
-    """SOFTMAX-STABLE's large-score case: q, k, v of (1, 2, 33, 16) in float32, q and k scaled
-    alike so that the largest scaled score is about ``largest``."""
+def inputs_with_scores_up_to(largest: float, seed: int, head_dim: int = 16):
+    """SOFTMAX-STABLE's large-score case: q, k, v of (1, 2, 33, head_dim) in float32, q and k
+    scaled alike so that the largest scaled score is about ``largest``."""
     rng = np.random.default_rng(seed)
-    q, k, v = (round_to(rng.standard_normal((1, 2, 33, 16)), "float32") for _ in range(3))
+    shape = (1, 2, 33, head_dim)
+    q, k, v = (round_to(rng.standard_normal(shape), "float32") for _ in range(3))
     factor = np.sqrt(largest / np.abs(reference_scores(q, k)).max())
     return round_to(q * factor, "float32"), round_to(k * factor, "float32"), v
 

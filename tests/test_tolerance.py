@@ -208,3 +208,34 @@ def test_float32_scores_summed_in_another_order_conform_and_scores_16_ulps_off_d
     worst_with = max(with_term, key=with_term.get)
     assert with_term[worst_with] < 0.9, f"{worst_with}: {with_term[worst_with]:.2f} of its budget"
     assert min(off_by_16_ulps) > 1.0, f"16 ulps off: as little as {min(off_by_16_ulps):.2f}"
+
+
+def test_float32_scores_of_576_terms_summed_in_another_order_conform():
+    """A float32 dot product errs by a share of the sum of its terms' sizes, not of its result,
+    so K takes each score's rounding by sum_d |q_d k_d| (spec.formula.score_rounding_sensitivity).
+    At D = 576 (MLA's absorbed keys) the terms cancel: with K by |s| alone, a correct kernel
+    that sums its dot products backwards missed its budget 6.2x on one of these 16 inputs
+    (scores up to 1000). Scores 64 ulps (128u) off, relative to their size, still miss it on
+    every input at scores up to 100; 16 ulps at D = 576 are within what a correct evaluation
+    commits where the terms cancel."""
+    without_term, with_term, off_by_64_ulps = {}, {}, []
+    for seed in range(16):
+        for largest in (1e2, 1e3):
+            q, k, v = inputs_with_scores_up_to(largest, seed, head_dim=576)
+            baseline = causal_attention(float32_scores(q, k, "forwards"), v)
+            out = causal_attention(float32_scores(q, k, "backwards"), v)
+            without_term[largest, seed], with_term[largest, seed] = budget_fractions(
+                out, q, k, v, baseline
+            )
+            if largest == 1e2:
+                off = causal_attention(scores_off_by(q, k, 128 * UNIT_ROUNDOFF["float32"], seed), v)
+                off_by_64_ulps.append(budget_fractions(off, q, k, v, baseline)[1])
+    worst_without = max(without_term, key=without_term.get)
+    premise(
+        without_term[worst_without] > 1.0,
+        "without the scores' rounding term, a float32 kernel summing 576 terms in another order "
+        f"than the baseline misses its budget somewhere: at most {without_term[worst_without]:.2f}",
+    )
+    worst_with = max(with_term, key=with_term.get)
+    assert with_term[worst_with] < 0.9, f"{worst_with}: {with_term[worst_with]:.2f} of its budget"
+    assert min(off_by_64_ulps) > 1.0, f"64 ulps off: as little as {min(off_by_64_ulps):.2f}"

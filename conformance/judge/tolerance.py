@@ -19,12 +19,13 @@ of u|s| in its weight).
 
 Below float64, an output's floor also carries the rounding of the scores where they are held,
 in the accumulation dtype (float32): K is the largest ``spec.formula.score_rounding_sensitivity``,
-how far scores each rounded by their own size can move an output element (gradients,
-log-sum-exps and merges have no K). The baseline commits that rounding too, but on a row whose
-top scores are large and nearly tied it can be exact by chance, and two correct float32
-evaluations that sum the same dot products in another order then differ by many times the
-baseline's error (docs/tolerance.md). Elsewhere the term is below the others. Float64's score
-term bounds it already: the sensitivity is at most 2 max|V| max|s|.
+how far scores each rounded by the size of their dot product (|scale| sum_d |q_d k_d|, not the
+result |s|, which cancellation can make tens of times smaller at D = 576) can move an output
+element (gradients, log-sum-exps and merges have no K). The baseline commits that rounding too,
+but on a row whose top scores are large and nearly tied it can be exact by chance, and two
+correct float32 evaluations that sum the same dot products in another order then differ by many
+times the baseline's error (docs/tolerance.md). Elsewhere the term is below the others.
+Float64's score term is the crude form of the same bound, with 64u of room for the sum.
 
 Run ``python -m conformance.survey`` to see where the built-ins sit inside these budgets.
 """
