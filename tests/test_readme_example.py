@@ -20,7 +20,7 @@ def first_python_block(heading: str) -> str:
 
 
 def readme_example() -> str:
-    return first_python_block("## Validate your own implementation in five lines")
+    return first_python_block("## Judge your kernel")
 
 
 def readme_extension_example() -> str:
