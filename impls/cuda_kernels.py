@@ -59,6 +59,11 @@ def flash_entry_point(dtype: str, head_dim: int, softcap: bool = False) -> str:
     return f"flash_{prefix}_d{head_dim}" + ("_softcap" if softcap else "")
 
 
+def sparse_entry_point(head_dim: int, softcap: bool = False) -> str:
+    """The index-sparse forward (kv_indices) for ``head_dim``, float32."""
+    return f"flash_sparse_d{head_dim}" + ("_softcap" if softcap else "")
+
+
 # The FP8 formats the FP8 kernels read, by their PTX names
 FP8_KERNEL_FORMATS = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 
@@ -87,7 +92,12 @@ SOURCES = {
             for softcap in (False, True)
             for kernel in backward_entry_points(head_dim, softcap)
         )
-        + tuple(fp8_entry_point(fmt, d) for fmt in FP8_KERNEL_FORMATS for d in FLASH_HEAD_DIMS),
+        + tuple(fp8_entry_point(fmt, d) for fmt in FP8_KERNEL_FORMATS for d in FLASH_HEAD_DIMS)
+        + tuple(
+            sparse_entry_point(head_dim, softcap)
+            for head_dim in FLASH_HEAD_DIMS
+            for softcap in (False, True)
+        ),
     ),
 }
 

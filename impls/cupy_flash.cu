@@ -19,6 +19,8 @@
 //                                  (mma.sync m16n8k32, sm_89 and up), P rounded to e4m3 with
 //                                  its 2^8 offset, the output in bfloat16; tiles loaded by plain
 //                                  loads, V transposed on the way.
+//   flash_sparse_d{32,64,128}      index-sparse: each row walks its own list of keys (kv_indices),
+//                                  float32 on the CUDA cores, 4 threads per row (below).
 //
 // 16-bit values travel as raw bits (unsigned short) and are converted with PTX cvt, so the source
 // needs no cuda_fp16.h / cuda_bf16.h and NVRTC compiles it with no include path (sm_80 and up).
@@ -779,6 +781,9 @@ struct BackwardArguments {
     float softcap;
     const float* sinks;  // (H,) or null
     int heads;
+    // (B*Hkv, Tq, Tk) or null: how often each row of a key/value head lists each key, from an
+    // index-sparse forward's kv_indices; a key listed m times weighs m (null: every key once)
+    const int* counts;
 };
 
 // One (row, key) pair's dS / dx and P, for the query row at `row` of head `bh`: the pair's two
@@ -787,7 +792,12 @@ template <bool SOFTCAP>
 __device__ __forceinline__ float grad_score(const BackwardArguments& a, int bh, int row, int key,
                                             float q_dot_k, float grad_dot_v, float& p) {
     const int position = row + a.tk - a.tq;
-    const bool visible = row < a.tq && key < a.tk && (!a.causal || key <= position) &&
+    const bool inside = row < a.tq && key < a.tk;
+    const float listed =
+        a.counts == nullptr || !inside
+            ? 1.0f
+            : (float)a.counts[((size_t)(bh / a.heads_per_kv) * a.tq + row) * a.tk + key];
+    const bool visible = inside && listed > 0.0f && (!a.causal || key <= position) &&
                          (a.window < 0 || key >= position - a.window);
     const float lse = row < a.tq ? a.lse[(size_t)bh * a.tq + row] : negative_infinity();
     if (!visible || lse == negative_infinity()) {
@@ -799,9 +809,9 @@ __device__ __forceinline__ float grad_score(const BackwardArguments& a, int bh, 
     const float sink = a.sinks == nullptr ? negative_infinity() : a.sinks[bh % a.heads];
     const float top = fmaxf(lse, sink);
     const float with_sink = top + logf(expf(lse - top) + expf(sink - top));
-    p = expf(x - with_sink);
+    p = listed * expf(x - with_sink);
     float ds = p * (grad_dot_v - a.delta[(size_t)bh * a.tq + row]);
-    if (a.grad_lse != nullptr) ds += a.grad_lse[(size_t)bh * a.tq + row] * expf(x - lse);
+    if (a.grad_lse != nullptr) ds += a.grad_lse[(size_t)bh * a.tq + row] * listed * expf(x - lse);
     if (SOFTCAP) ds *= 1.0f - (x / a.softcap) * (x / a.softcap);
     return ds;
 }
@@ -891,6 +901,75 @@ __device__ __forceinline__ void flash_backward_dq(const BackwardArguments& a,
     for (int c = 0; c < QUARTER; ++c) grad_q[row_base + LANES * c + lane] = dq[c] * a.scale;
 }
 
+// --- the index-sparse forward ----------------------------------------------------------------
+//
+// INDICES (B*Hkv, Tq, SLOTS) int32: the keys each query row of a key/value head may see, -1 an
+// empty slot (blocks of keys arrive as their keys: impls/cupy_flash.py lists them); TOPK_LENGTH
+// (B,) or null: only each item's first slots count. One block per (BLOCK_M query rows, batch x
+// head), 4 threads per row, each a quarter of its columns, as the backward's dq kernel: a row
+// walks its own slots, reads each listed key's K and V rows from global memory once and takes
+// it into its online softmax, key by key. A slot that is empty, past topk_length, or hidden by
+// the causal mask or the window is never read, so NaN stored there cannot reach the row; a key
+// listed twice weighs twice (sparse_duplicates "count", cuDNN's reference). Float32, the 16-bit
+// inputs widened by the caller. Every thread of a block runs the same number of slot steps, so
+// the lanes' shuffles always find their partners; a row that sees nothing is 0, its lse -inf.
+template <int HEAD_DIM, bool SOFTCAP>
+__device__ __forceinline__ void flash_sparse_forward(
+    const float* __restrict__ Q, const float* __restrict__ K, const float* __restrict__ V,
+    float* __restrict__ O, float* __restrict__ LSE, int tq, int tk, float scale, int causal,
+    int heads_per_kv, int window, float softcap, const float* __restrict__ sinks, int heads,
+    const int* __restrict__ indices, int slots, const int* __restrict__ topk_length) {
+    constexpr int QUARTER = HEAD_DIM / LANES;
+    const int local_row = threadIdx.x / LANES, lane = threadIdx.x % LANES;
+    const int row = blockIdx.x * BLOCK_M + local_row;
+    const int bh = blockIdx.y, bkv = bh / heads_per_kv;
+    const int position = row + tk - tq;
+    const size_t row_base = ((size_t)bh * tq + row) * HEAD_DIM;
+    const float* k = K + (size_t)bkv * tk * HEAD_DIM;
+    const float* v = V + (size_t)bkv * tk * HEAD_DIM;
+    const int* listed = indices + ((size_t)bkv * tq + row) * slots;
+    const int counted = topk_length == nullptr ? slots : min(slots, topk_length[bh / heads]);
+    float q[QUARTER], acc[QUARTER];
+#pragma unroll
+    for (int c = 0; c < QUARTER; ++c) {
+        q[c] = row < tq ? Q[row_base + LANES * c + lane] : 0.0f;
+        acc[c] = 0.0f;
+    }
+    float running_max = negative_infinity(), running_sum = 0.0f;
+    const ScoreMap<SOFTCAP> score_of(scale, softcap, 1.0f);
+    for (int slot = 0; slot < slots; ++slot) {
+        const int key = row < tq && slot < counted ? listed[slot] : -1;
+        const bool seen = key >= 0 && key < tk && (!causal || key <= position) &&
+                          (window < 0 || key >= position - window);
+        float partial = 0.0f;
+        if (seen) {
+#pragma unroll
+            for (int c = 0; c < QUARTER; ++c)
+                partial += q[c] * k[(size_t)key * HEAD_DIM + LANES * c + lane];
+        }
+        const float dot = lanes_sum(partial);
+        if (!seen) continue;
+        const float score = score_of(dot);
+        const float new_max = fmaxf(running_max, score);
+        const float shift = new_max == negative_infinity() ? 0.0f : new_max;
+        const float correction = expf(running_max - shift);
+        const float p = expf(score - shift);
+        running_max = new_max;
+        running_sum = running_sum * correction + p;
+#pragma unroll
+        for (int c = 0; c < QUARTER; ++c)
+            acc[c] = acc[c] * correction + p * v[(size_t)key * HEAD_DIM + LANES * c + lane];
+    }
+    if (row >= tq) return;
+    if (LSE != nullptr && lane == 0)
+        LSE[(size_t)bh * tq + row] = running_max + logf(running_sum);
+    const float correction =
+        sinks == nullptr ? 1.0f : join_sink<Exp>(running_max, running_sum, sinks[bh % heads]);
+    const float factor = running_sum > 0.0f ? correction / running_sum : 0.0f;
+#pragma unroll
+    for (int c = 0; c < QUARTER; ++c) O[row_base + LANES * c + lane] = acc[c] * factor;
+}
+
 // --- entry points -----------------------------------------------------------------------------
 
 // Each kernel twice: NAME without a softcap (the argument is ignored) and NAME_softcap with one.
@@ -950,26 +1029,26 @@ FP8_ENTRY(flash_e5m2_d64, 64, MmaE5m2E5m2, MmaE4m3E5m2)
 FP8_ENTRY(flash_e5m2_d128, 128, MmaE5m2E5m2, MmaE4m3E5m2)
 
 // The backward's, each with and without a softcap: (q, k, v, grad_out, lse, delta, grad_lse,
-// tq, tk, scale, causal, heads_per_kv, window, softcap, sinks, heads, then the gradients).
+// tq, tk, scale, causal, heads_per_kv, window, softcap, sinks, heads, counts, then the gradients).
 #define BACKWARD_ENTRY(NAME, HEAD_DIM, SOFTCAP)                                                  \
     extern "C" __global__ void __launch_bounds__(BACKWARD_THREADS) NAME##_dk_dv(                 \
         const float* q, const float* k, const float* v, const float* grad_out, const float* lse, \
         const float* delta, const float* grad_lse, int tq, int tk, float scale, int causal,      \
         int heads_per_kv, int window, float softcap, const float* sinks, int heads,              \
-        float* grad_k, float* grad_v) {                                                          \
+        const int* counts, float* grad_k, float* grad_v) {                                       \
         const BackwardArguments a{q,      k,    v,            grad_out, lse,     delta,          \
                                   grad_lse, tq, tk,           scale,    causal,  heads_per_kv,   \
-                                  window, softcap, sinks,     heads};                            \
+                                  window, softcap, sinks,     heads,    counts};                 \
         flash_backward_dk_dv<HEAD_DIM, SOFTCAP>(a, grad_k, grad_v);                              \
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(BACKWARD_THREADS) NAME##_dq(                    \
         const float* q, const float* k, const float* v, const float* grad_out, const float* lse, \
         const float* delta, const float* grad_lse, int tq, int tk, float scale, int causal,      \
         int heads_per_kv, int window, float softcap, const float* sinks, int heads,              \
-        float* grad_q) {                                                                         \
+        const int* counts, float* grad_q) {                                                      \
         const BackwardArguments a{q,      k,    v,            grad_out, lse,     delta,          \
                                   grad_lse, tq, tk,           scale,    causal,  heads_per_kv,   \
-                                  window, softcap, sinks,     heads};                            \
+                                  window, softcap, sinks,     heads,    counts};                 \
         flash_backward_dq<HEAD_DIM, SOFTCAP>(a, grad_q);                                         \
     }
 #define BACKWARD_ENTRIES(NAME, HEAD_DIM)      \
@@ -979,3 +1058,23 @@ FP8_ENTRY(flash_e5m2_d128, 128, MmaE5m2E5m2, MmaE4m3E5m2)
 BACKWARD_ENTRIES(flash_backward_d32, 32)
 BACKWARD_ENTRIES(flash_backward_d64, 64)
 BACKWARD_ENTRIES(flash_backward_d128, 128)
+
+// The index-sparse forward's, with and without a softcap: (q, k, v, o, lse, tq, tk, scale,
+// causal, heads_per_kv, window, softcap, sinks, heads, indices, slots, topk_length), float32.
+#define SPARSE_ENTRY(NAME, HEAD_DIM, SOFTCAP)                                                     \
+    extern "C" __global__ void __launch_bounds__(BACKWARD_THREADS)                               \
+        NAME(const float* q, const float* k, const float* v, float* o, float* lse, int tq,       \
+             int tk, float scale, int causal, int heads_per_kv, int window, float softcap,       \
+             const float* sinks, int heads, const int* indices, int slots,                       \
+             const int* topk_length) {                                                           \
+        flash_sparse_forward<HEAD_DIM, SOFTCAP>(q, k, v, o, lse, tq, tk, scale, causal,          \
+                                                heads_per_kv, window, softcap, sinks, heads,     \
+                                                indices, slots, topk_length);                    \
+    }
+#define SPARSE_ENTRIES(NAME, HEAD_DIM)      \
+    SPARSE_ENTRY(NAME, HEAD_DIM, false)     \
+    SPARSE_ENTRY(NAME##_softcap, HEAD_DIM, true)
+
+SPARSE_ENTRIES(flash_sparse_d32, 32)
+SPARSE_ENTRIES(flash_sparse_d64, 64)
+SPARSE_ENTRIES(flash_sparse_d128, 128)

@@ -1,6 +1,12 @@
 """``cupy_flash``: one fused CUDA kernel per (dtype, head dim) (``cupy_flash.cu``), tensor cores
 for float16 and bfloat16; grouped-query heads and a left window in the kernel itself.
 
+Index-sparse attention (``kv_indices``, with ``topk_length`` and ``kv_block_size``): a kernel of
+its own in which each row walks its own list of keys, in float32 (16-bit inputs widened, the
+output rounded back); blocks of keys are listed as their keys before the launch, and a key listed
+twice weighs twice (cuDNN's reference). Its backward is the backward kernels with each row's
+count of each key, from the same lists.
+
 FP8 (spec.fp8): FlashAttention 3's convention on the FP8 kernels (e4m3 or e5m2 tensor cores, sm_89
 and newer; P rounded to e4m3 with its 2^8 offset, the output in bfloat16); the key/value cache's
 on the kernel of q's dtype, k and v widened to it (exact: every e4m3 and e5m2 value is a float16
@@ -23,6 +29,7 @@ from impls.cuda_kernels import (
     backward_entry_points,
     flash_entry_point,
     fp8_entry_point,
+    sparse_entry_point,
 )
 from impls.cupy_arrays import (
     FLASH_THREADS,
@@ -50,7 +57,13 @@ FLASH_CAPABILITIES = Capabilities(
     fp8_formats=tuple(FP8_KERNEL_FORMATS),
     fp8_p="e4m3_offset8",  # FlashAttention 3's; under kv_scale P is in q's dtype, finer
     fp8_output="bfloat16",
+    sparse=True,
+    topk_length=True,
+    sparse_blocks=True,
+    sparse_duplicates="count",  # each slot read: a key listed twice weighs twice
 )
+# The keywords of index-sparse calls (spec.masks' kv_indices kind), which the sparse kernel takes
+SPARSE_KEYWORDS = ("kv_indices", "topk_length", "kv_block_size")
 FP8_TENSOR_CORES = 89  # the first compute capability with FP8 mma.sync (sm_89)
 
 
@@ -73,14 +86,22 @@ class CupyFlash(CupyArrays, Implementation):
 
     def vjp(
         self, q, k, v, grad_out, *, causal=True, scale=None, window=None, softcap=None,
-        sinks=None, grad_lse=None,
+        sinks=None, grad_lse=None, **sparse,
     ):  # fmt: skip
         """The backward kernels on the forward's output and lse, in float32: the 16-bit inputs
         widened, the gradients rounded back to the inputs' dtype; dsinks (float32) from the lse
-        and delta, -sum over each head's rows of p_sink * delta."""
-        out, lse = self.attention_and_lse(
-            q, k, v, causal=causal, scale=scale, window=window, softcap=softcap, sinks=sinks
-        )
+        and delta, -sum over each head's rows of p_sink * delta. ``sparse``: SPARSE_KEYWORDS,
+        each key weighed by how often a row lists it."""
+        options = dict(causal=causal, scale=scale, window=window, softcap=softcap, sinks=sinks)
+        if sparse.get("kv_indices") is not None:
+            out, lse = self.sparse_attention_and_lse(q, k, v, **options, **sparse)
+            blocks, lengths = sparse.get("kv_block_size"), sparse.get("topk_length")
+            keys = listed_keys(k, kv_indices=sparse["kv_indices"], kv_block_size=blocks)
+            counts = listed_counts(keys, k.shape[-2], lengths, blocks)
+        else:
+            unread_keywords_refused(q, k, v, options, sparse)
+            out, lse = self.attention_and_lse(q, k, v, **options)
+            counts = None
         dtype = self.dtype_name(q)
         q, k, v, grad_out, out = (widened(x, dtype) for x in (q, k, v, grad_out, out))
         xp = namespace(q)
@@ -91,7 +112,7 @@ class CupyFlash(CupyArrays, Implementation):
         grads = self.backward_kernels(
             q, k, v, grad_out, lse, xp.ascontiguousarray(delta), grad_lse,
             causal=causal, scale=scalar_scale(scale, q.shape[-1]), window=window,
-            softcap=softcap, sinks=sink_logits,
+            softcap=softcap, sinks=sink_logits, counts=counts,
         )  # fmt: skip
         grads = tuple(narrowed(grad, dtype) for grad in grads)
         if sinks is None:
@@ -102,8 +123,9 @@ class CupyFlash(CupyArrays, Implementation):
         return (*grads, -(sink_share * delta).sum(axis=(0, 2)))
 
     def backward_kernels(self, q, k, v, grad_out, lse, delta, grad_lse, *, causal, scale, window,
-                         softcap, sinks):  # fmt: skip
-        """(dq, dk, dv) in float32 from the two backward kernels, on contiguous float32 arrays."""
+                         softcap, sinks, counts=None):  # fmt: skip
+        """(dq, dk, dv) in float32 from the two backward kernels, on contiguous float32 arrays;
+        ``counts``: listed_counts' (B, Hkv, Tq, Tk) of an index-sparse call, or None."""
         batch, heads, tq, d = q.shape
         kv_heads, tk = k.shape[1], k.shape[-2]
         dk_dv, dq = (
@@ -115,7 +137,7 @@ class CupyFlash(CupyArrays, Implementation):
             q, k, v, grad_out, lse, delta, grad_lse, np.int32(tq), np.int32(tk), scale,
             np.int32(causal), np.int32(heads // kv_heads),
             np.int32(-1 if window is None else window), kernel_softcap(softcap), sinks,
-            np.int32(heads),
+            np.int32(heads), counts,
         )  # fmt: skip
         dk_dv((math.ceil(tk / BLOCK_M), batch * kv_heads), (BACKWARD_THREADS,),
               (*arguments, grads[1], grads[2]))  # fmt: skip
@@ -130,12 +152,68 @@ class CupyFlash(CupyArrays, Implementation):
             given = dict(window=window, softcap=softcap, sinks=sinks, return_lse=return_lse or None)
             extras = {name: value for name, value in given.items() if value is not None}
             return self.fp8_attention(q, k, v, causal=causal, scale=scale, **extras, **keywords)
+        sparse = {name: keywords.pop(name) for name in SPARSE_KEYWORDS if name in keywords}
         if keywords:
             raise TypeError(f"unexpected keyword arguments {sorted(keywords)} [{self.name}]")
-        out, lse = self.attention_and_lse(
-            q, k, v, causal=causal, scale=scale, window=window, softcap=softcap, sinks=sinks
-        )
+        options = dict(causal=causal, scale=scale, window=window, softcap=softcap, sinks=sinks)
+        if sparse.get("kv_indices") is not None:
+            out, lse = self.sparse_attention_and_lse(q, k, v, **options, **sparse)
+        else:
+            unread_keywords_refused(q, k, v, options, sparse)
+            out, lse = self.attention_and_lse(q, k, v, **options)
         return (out, lse) if return_lse else out
+
+    def sparse_attention_and_lse(
+        self, q, k, v, *, causal, scale, window, softcap, sinks, kv_indices, topk_length=None,
+        kv_block_size=None,
+    ):  # fmt: skip
+        """(out, lse) of an index-sparse call: its checks, q, k and v widened to float32 for the
+        sparse kernel, the output rounded back to q's dtype; lse as attention_and_lse's."""
+        validate_inputs(
+            q, k, v, causal=causal, scale=scale, gqa=True, window=window, softcap=softcap,
+            sinks=sinks, kv_indices=kv_indices, topk_length=topk_length,
+            kv_block_size=kv_block_size,
+        )  # fmt: skip
+        dtype = self.dtype_name(q)
+        if dtype not in self.capabilities.dtypes:
+            raise TypeError(f"q is {dtype}, but should be one of {self.capabilities.dtypes}")
+        d, dv = q.shape[-1], v.shape[-1]
+        if d not in FLASH_HEAD_DIMS or dv != d:
+            raise ValueError(
+                f"head dims D={d}, Dv={dv}, but {self.name} is compiled for D = Dv in "
+                f"{', '.join(map(str, FLASH_HEAD_DIMS))}"
+            )
+        xp = namespace(q)
+        keys = listed_keys(k, kv_indices=kv_indices, kv_block_size=kv_block_size)
+        counted = None if topk_length is None else xp.asarray(topk_length, dtype=xp.int32)
+        if counted is not None and kv_block_size is not None:
+            counted = counted * kv_block_size  # a block's slots follow one another
+        sink_logits = None if sinks is None else xp.asarray(sinks, dtype=xp.float32)  # (H,)
+        out, lse = self.sparse_kernel(
+            *(widened(x, dtype) for x in (q, k, v)), keys, counted, causal=causal,
+            scale=scalar_scale(scale, d), window=window, softcap=softcap, sinks=sink_logits,
+        )  # fmt: skip
+        return narrowed(out, dtype), lse
+
+    def sparse_kernel(self, q, k, v, keys, counted, *, causal, scale, window, softcap, sinks):
+        """The sparse kernel on contiguous float32 q, k, v and int32 ``keys`` (B, Hkv, Tq, K):
+        (out, lse), float32."""
+        batch, heads, tq, d = q.shape
+        self.check_grid(batch * heads, tq)
+        kernel = kernel_module("cupy_flash").get_function(
+            sparse_entry_point(d, softcap=softcap is not None)
+        )
+        out = cupy.empty_like(q)  # (B, H, Tq, D)
+        lse = cupy.empty((batch, heads, tq), dtype=cupy.float32)  # (B, H, Tq)
+        kernel(
+            (math.ceil(tq / BLOCK_M), batch * heads),
+            (BACKWARD_THREADS,),
+            (q, k, v, out, lse, np.int32(tq), np.int32(k.shape[-2]), scale, np.int32(causal),
+             np.int32(heads // k.shape[1]), np.int32(-1 if window is None else window),
+             kernel_softcap(softcap), sinks, np.int32(heads), keys, np.int32(keys.shape[-1]),
+             counted),
+        )  # fmt: skip
+        return out, lse
 
     def fp8_attention(self, q, k, v, *, causal, scale, **keywords):
         """An FP8 call (the module's docstring): its checks, then its kernel."""
@@ -262,6 +340,40 @@ def widened_fp8(bits, fmt: str, dtype: str):
     xp = namespace(bits)
     values = xp.asarray(values_of_bytes(fmt).astype(np.float32))[bits]  # the bytes' values
     return xp.ascontiguousarray(narrowed(values, dtype))
+
+
+def unread_keywords_refused(q, k, v, options: dict, sparse: dict) -> None:
+    """A clear error, naming it, for topk_length or kv_block_size given without kv_indices."""
+    if any(value is not None for value in sparse.values()):
+        validate_inputs(q, k, v, gqa=True, **options, **sparse)
+
+
+def listed_keys(k, *, kv_indices, kv_block_size=None):
+    """kv_indices as the sparse kernel reads them, on k's device: int32 (B, Hkv, Tq, K)
+    contiguous, each block of ``kv_block_size`` listed as its keys (those past Tk as empty slots)
+    in slots of its own."""
+    xp = namespace(k)
+    indices = xp.asarray(kv_indices).astype(xp.int32)  # from NumPy where the caller's are
+    if kv_block_size is not None:
+        keys = indices[..., None] * kv_block_size + xp.arange(kv_block_size, dtype=xp.int32)
+        keys[(indices[..., None] < 0) | (keys >= k.shape[-2])] = -1
+        indices = keys.reshape(*indices.shape[:-1], -1)
+    return xp.ascontiguousarray(indices)
+
+
+def listed_counts(keys, tk: int, topk_length=None, kv_block_size=None):
+    """How often each row lists each key, int32 (B, Hkv, Tq, Tk): the backward's weights of an
+    index-sparse call (empty slots and those past topk_length list nothing)."""
+    xp = namespace(keys)
+    if topk_length is not None:
+        per_slot = 1 if kv_block_size is None else kv_block_size
+        counted = xp.asarray(topk_length, dtype=xp.int32)[:, None, None, None] * per_slot
+        keys = xp.where(xp.arange(keys.shape[-1]) < counted, keys, -1)
+    rows = int(np.prod(keys.shape[:-1]))
+    slots = xp.where(keys >= 0, keys, tk).reshape(rows, -1)  # an empty slot: column Tk
+    flat = (xp.arange(rows)[:, None] * (tk + 1) + slots).ravel()
+    counts = xp.bincount(flat, minlength=rows * (tk + 1)).reshape(rows, tk + 1)[:, :tk]
+    return xp.ascontiguousarray(counts.astype(xp.int32).reshape(*keys.shape[:-1], tk))
 
 
 def kernel_softcap(softcap: float | None) -> np.float32:

@@ -29,6 +29,7 @@ import numpy as np
 from spec.dtypes import check_dtype, rounded_in_storage
 from spec.features import DIFFERENTIATED_KEYWORDS
 from spec.masks import (
+    MASK_CONVENTIONS,
     counted_keys,
     cut_to_item,
     mask_options,
@@ -399,8 +400,10 @@ def reference_vjp(q, k, v, grad_out, *, causal: bool = True, scale: float | None
     return grads["q"], grads["k"], grads["v"]
 
 
-# Keywords whose backward reference_feature_vjp knows; others are refused by name.
-DIFFERENTIATED_FEATURES = DIFFERENTIATED_KEYWORDS
+# Keywords whose backward reference_feature_vjp knows, and the masks' declared conventions (a
+# key listed twice weighing twice: its weight, and so every gradient through it); others are
+# refused by name.
+DIFFERENTIATED_FEATURES = DIFFERENTIATED_KEYWORDS | frozenset(MASK_CONVENTIONS)
 
 
 def reference_feature_vjp(

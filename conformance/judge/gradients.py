@@ -51,7 +51,9 @@ def backward(subject: Subject, case: Case, q, k, v, grad_out, grad_lse=None) -> 
         causal=case.causal,
         scale=case.scale,
         grad_lse=natives[4] if extra else None,
-        **case.formula_variant,
+        # the call's keywords, as the forward gets them: not the declared conventions the
+        # truth reads (sparse_duplicates), which are no keyword of the implementation's
+        **case.variant,
     )
     grads = {}
     for (name, shape), grad in zip(gradient_shapes(case).items(), answer, strict=True):

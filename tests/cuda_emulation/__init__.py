@@ -27,6 +27,7 @@ from impls.cuda_kernels import (
     backward_entry_points,
     flash_entry_point,
     fp8_entry_point,
+    sparse_entry_point,
 )
 from impls.cupy_arrays import bfloat16_bits, bfloat16_values
 from impls.cupy_flash import FLASH_CAPABILITIES, CupyFlash, kernel_softcap
@@ -97,9 +98,14 @@ def load(library: Path) -> ctypes.CDLL:
     lib.emulated_fp8_value.restype = real
     lib.run_flash_backward.argtypes = [
         ctypes.c_char_p, *[pointer] * 7, *[integer] * 5, real, *[integer] * 2, real,
-        *[pointer] * 4,
+        *[pointer] * 5,
     ]  # fmt: skip
     lib.run_flash_backward.restype = integer
+    lib.run_flash_sparse.argtypes = [
+        ctypes.c_char_p, *[pointer] * 5, *[integer] * 3, real, *[integer] * 3, real, pointer,
+        integer, pointer, integer, pointer,
+    ]  # fmt: skip
+    lib.run_flash_sparse.restype = integer
     lib.run_naive.argtypes = [*[pointer] * 5, *[integer] * 5, real, integer, integer]
     lib.run_naive.restype = None
     lib.emulation_race.argtypes = []
@@ -185,7 +191,23 @@ class EmulatedCupyFlash(EmulatedKernels):
     # keywords, the same answer
     attention = CupyFlash.attention
     fp8_attention = CupyFlash.fp8_attention
+    sparse_attention_and_lse = CupyFlash.sparse_attention_and_lse
     vjp = CupyFlash.vjp
+
+    def sparse_kernel(self, q, k, v, keys, counted, *, causal, scale, window, softcap, sinks):
+        batch, heads, tq, d = q.shape
+        out = np.empty_like(q)  # (B, H, Tq, D)
+        lse = np.empty((batch, heads, tq), dtype=np.float32)  # (B, H, Tq)
+        kernel = sparse_entry_point(d, softcap=softcap is not None)
+        optional = [None if x is None else _address(x) for x in (sinks, counted)]
+        status = library().run_flash_sparse(
+            kernel.encode(), *map(_address, (q, k, v, out, lse)), batch * heads, tq,
+            k.shape[-2], scale, int(causal), heads // k.shape[1], -1 if window is None else window,
+            kernel_softcap(softcap), optional[0], heads, _address(keys), keys.shape[-1],
+            optional[1],
+        )  # fmt: skip
+        checked_launch(status, kernel, f"no sparse kernel {kernel}")
+        return out, lse
 
     def fp8_kernel(self, q, k, v, *, causal, scale, descales):
         # q, k and v share a format the kernels read: fp8_attention's checked_scales saw to it
@@ -201,15 +223,15 @@ class EmulatedCupyFlash(EmulatedKernels):
         return out
 
     def backward_kernels(self, q, k, v, grad_out, lse, delta, grad_lse, *, causal, scale, window,
-                         softcap, sinks):  # fmt: skip
+                         softcap, sinks, counts=None):  # fmt: skip
         batch, heads, tq, d = q.shape
         grads = [np.empty_like(x) for x in (q, k, v)]
         name = backward_entry_points(d, softcap=softcap is not None)[0].removesuffix("_dk_dv")
-        optional = [None if x is None else _address(x) for x in (grad_lse, sinks)]
+        optional = [None if x is None else _address(x) for x in (grad_lse, sinks, counts)]
         status = library().run_flash_backward(
             name.encode(), *map(_address, (q, k, v, grad_out, lse, delta)), optional[0],
             batch, heads, k.shape[1], tq, k.shape[-2], scale, int(causal),
-            -1 if window is None else window, kernel_softcap(softcap), optional[1],
+            -1 if window is None else window, kernel_softcap(softcap), optional[1], optional[2],
             *map(_address, grads),
         )  # fmt: skip
         checked_launch(status, name, f"no backward kernel {name}")

@@ -45,11 +45,12 @@ extern "C" int run_flash(const char* name, const void* q, const void* k, const v
     if (std::strcmp(name, #NAME) == 0) {                                                     \
         launch(key_tiles, BACKWARD_THREADS, [&] {                                            \
             NAME##_dk_dv(q, k, v, grad_out, lse, delta, grad_lse, tq, tk, scale, causal,     \
-                         heads_per_kv, window, softcap, sinks, heads, grad_k, grad_v);       \
+                         heads_per_kv, window, softcap, sinks, heads, counts, grad_k,        \
+                         grad_v);                                                            \
         });                                                                                  \
         launch(query_blocks, BACKWARD_THREADS, [&] {                                         \
             NAME##_dq(q, k, v, grad_out, lse, delta, grad_lse, tq, tk, scale, causal,        \
-                      heads_per_kv, window, softcap, sinks, heads, grad_q);                  \
+                      heads_per_kv, window, softcap, sinks, heads, counts, grad_q);          \
         });                                                                                  \
         return 0;                                                                            \
     }
@@ -60,8 +61,9 @@ extern "C" int run_flash_backward(const char* name, const float* q, const float*
                                   const float* v, const float* grad_out, const float* lse,
                                   const float* delta, const float* grad_lse, int batch, int heads,
                                   int kv_heads, int tq, int tk, float scale, int causal,
-                                  int window, float softcap, const float* sinks, float* grad_q,
-                                  float* grad_k, float* grad_v) {
+                                  int window, float softcap, const float* sinks,
+                                  const int* counts, float* grad_q, float* grad_k,
+                                  float* grad_v) {
     const int heads_per_kv = heads / kv_heads;
     const Index3 key_tiles{unsigned((tk + BLOCK_M - 1) / BLOCK_M), unsigned(batch * kv_heads), 1};
     const Index3 query_blocks{unsigned((tq + BLOCK_M - 1) / BLOCK_M), unsigned(batch * heads), 1};
@@ -71,6 +73,32 @@ extern "C" int run_flash_backward(const char* name, const float* q, const float*
     RUN_BACKWARD_IF(flash_backward_d64_softcap)
     RUN_BACKWARD_IF(flash_backward_d128)
     RUN_BACKWARD_IF(flash_backward_d128_softcap)
+    return 1;
+}
+
+#define RUN_SPARSE_IF(NAME)                                                                   \
+    if (std::strcmp(name, #NAME) == 0) {                                                      \
+        launch(grid, BACKWARD_THREADS, [&] {                                                  \
+            NAME(q, k, v, o, lse, tq, tk, scale, causal, heads_per_kv, window, softcap, sinks, \
+                 heads, indices, slots, topk_length);                                         \
+        });                                                                                   \
+        return 0;                                                                             \
+    }
+
+// Launches the index-sparse forward `name` as impls/cupy_flash.py does; returns 1 for an unknown
+// name.
+extern "C" int run_flash_sparse(const char* name, const float* q, const float* k, const float* v,
+                                float* o, float* lse, int batch_heads, int tq, int tk,
+                                float scale, int causal, int heads_per_kv, int window,
+                                float softcap, const float* sinks, int heads, const int* indices,
+                                int slots, const int* topk_length) {
+    const Index3 grid{unsigned((tq + BLOCK_M - 1) / BLOCK_M), unsigned(batch_heads), 1};
+    RUN_SPARSE_IF(flash_sparse_d32)
+    RUN_SPARSE_IF(flash_sparse_d32_softcap)
+    RUN_SPARSE_IF(flash_sparse_d64)
+    RUN_SPARSE_IF(flash_sparse_d64_softcap)
+    RUN_SPARSE_IF(flash_sparse_d128)
+    RUN_SPARSE_IF(flash_sparse_d128_softcap)
     return 1;
 }
 
