@@ -86,14 +86,14 @@ def start(line: socket.socket, request: StartWorker, fds: list[int]) -> WorkerSt
                 json.dumps(list(request.paths)),
                 request.selector,
                 request.scratch or "",
-                str(request.memory_bytes or ""),
+                request.bounds.as_text(),
             ]
             worker_process.run(
                 connection_fd,
                 list(request.paths),
                 request.selector,
                 request.scratch,
-                request.memory_bytes,
+                request.bounds,
                 report_write,
             )
         except BaseException:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from impls.capabilities import Capabilities
+from impls.sandbox import WorkerBounds
 
 # --- the worker line ---------------------------------------------------------------------------
 
@@ -179,7 +180,7 @@ class StartWorker:
     paths: tuple[str, ...]  # the worker's sys.path, set once it is confined
     cwd: str
     scratch: str | None
-    memory_bytes: int | None = None  # its bound (RLIMIT_DATA); None: none
+    bounds: WorkerBounds = field(default_factory=WorkerBounds)  # memory, disk, tasks (sandbox)
 
 
 @dataclass(frozen=True)
@@ -232,6 +233,7 @@ MESSAGES = (
     *GREETINGS,
     *ANSWERS,
     StartWorker,
+    WorkerBounds,
     WorkerStarted,
     WaitForWorker,
     WorkerExited,

@@ -27,7 +27,16 @@ maintained Python binding covers its scopes (ABI 6), and the calls are three. Th
 - may hold at most its memory bound of data (``RLIMIT_DATA``, which counts what malloc, NumPy and
   torch allocate, and not the address space CUDA reserves); shared mappings, which that limit
   does not count, the judge watches (:mod:`conformance.run.memory_watch`), and ``/dev/shm`` is no
-  larger than the bound. As root, the IPC namespace's SysV shared memory is bounded by it too.
+  larger than the bound. As root, the IPC namespace's SysV shared memory is bounded by it too;
+- may write at most its disk bound: its scratch is a tmpfs of that size in its own mount
+  namespace (what it writes there is gone with its last process, and never shares a file system
+  with the judge's reports or truth), so a write past it fails with ENOSPC at once, where a watch
+  of the directory's size would see a 4 GiB fallocate only after it happened;
+- may have at most its bound of live tasks, processes and threads together: ``RLIMIT_NPROC``,
+  counted in the worker's own user namespace (there the count is its tree's alone, not every
+  process of its user's on the machine), so that an ordinary user's fork past it fails with
+  EAGAIN; the kernel never refuses uid 0 a task, so for root's workers the judge counts them
+  (:mod:`conformance.run.memory_watch`, every 20 ms of a call) and stops a worker at its bound.
 
 What is confined is said by :class:`Confinement`: ``full``, ``partial`` (what is missing: an ABI
 below 6 leaves signals and abstract sockets open, one below 4 TCP; no namespaces leave UDP, the
@@ -40,9 +49,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import fnmatch
 import functools
+import json
 import os
 import platform
 import resource
@@ -108,6 +119,34 @@ def worker_environment(environ: Mapping[str, str], passed: Iterable[str] = ()) -
         for name, value in environ.items()
         if any(fnmatch.fnmatchcase(name, pattern) for pattern in allowed)
     }
+
+
+# A worker's disk: its scratch, where TMPDIR and every compile cache point. The largest a
+# built-in's scratch reached here is in docs/isolation.md; a GPU's Triton and CuPy caches are
+# megabytes. A tmpfs holds what is written in memory, so the bound is memory a worker may use
+# besides its memory bound.
+DEFAULT_WORKER_DISK = 2 << 30
+# A worker's live processes and threads: OpenMP, BLAS and torch start a thread per core, Triton
+# a compile worker per core; a 256-core machine's pools several times over.
+DEFAULT_WORKER_TASKS = 2048
+
+
+@dataclass(frozen=True)
+class WorkerBounds:
+    """What a confined worker may hold (None: no bound): ``memory_bytes`` of data and shared
+    memory, ``disk_bytes`` written to its scratch, ``tasks`` live processes and threads."""
+
+    memory_bytes: int | None = None
+    disk_bytes: int | None = None
+    tasks: int | None = None
+
+    def as_text(self) -> str:
+        """The bounds as one argument of a worker's command line."""
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_text(cls, text: str) -> WorkerBounds:
+        return cls(**json.loads(text)) if text else cls()
 
 
 @dataclass(frozen=True)
@@ -211,12 +250,14 @@ def become_subreaper() -> None:
 
 
 def confine(
-    scratch: Path, search_paths: Iterable[str], memory_bytes: int | None = None
+    scratch: Path, search_paths: Iterable[str], bounds: WorkerBounds | None = None
 ) -> Confinement:
     """Confines this process (and all it starts) for good, as far as the kernel allows: files as
     the module docstring says, no network, signals and abstract sockets scoped, root's
-    capabilities dropped, at most ``memory_bytes`` of data (None: no bound). Returns what was
-    achieved; raises OSError where a step the kernel offers fails."""
+    capabilities dropped, and ``bounds`` (None: none). Returns what was achieved; raises OSError
+    where a step the kernel offers fails."""
+    bounds = bounds or WorkerBounds()
+    memory_bytes = bounds.memory_bytes
     expected = expected_confinement()
     os.environ.update(scratch_environment(scratch))
     tempfile.tempdir = None  # chosen afresh from TMPDIR
@@ -228,8 +269,8 @@ def confine(
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
     # before the capabilities go (root's needs them), and before Landlock's rules, so that the
-    # rule for /dev/shm names the worker's own tmpfs
-    no_namespace = _leave_the_machine(libc, memory_bytes)
+    # rules for /dev/shm and the scratch name the worker's own file systems
+    no_namespace = _leave_the_machine(libc, bounds, scratch)
     _drop_capabilities(libc)
     if expected.level == "none":
         return expected
@@ -260,19 +301,22 @@ def confine(
             raise OSError(ctypes.get_errno(), "landlock_restrict_self")
     finally:
         os.close(ruleset)
-    if expected.level == "full" and no_namespace:
+    if expected.level == "full" and no_namespace and no_namespace.startswith("unshare"):
         return Confinement(
             "partial",
             f"no namespaces ({no_namespace}): UDP, the loopback, /dev/shm and the IPC objects "
             "stay the machine's",
         )
+    if expected.level == "full" and no_namespace:
+        return Confinement("partial", no_namespace)  # a bound that could not be set, named
     return expected
 
 
-def _leave_the_machine(libc, memory_bytes: int | None) -> str | None:
+def _leave_the_machine(libc, bounds: WorkerBounds, scratch: Path) -> str | None:
     """Moves this process into network, IPC and mount namespaces of its own (as root directly,
     else inside a user namespace of its own that maps this user to itself), with a fresh
-    ``/dev/shm``. Returns why it could not, or None."""
+    ``/dev/shm``, its scratch a tmpfs of its disk bound, and its tasks bounded. Returns what it
+    could not do, or None."""
     if libc.unshare(NAMESPACES) != 0:
         as_root = os.strerror(ctypes.get_errno())
         uid, gid = os.getuid(), os.getgid()
@@ -284,7 +328,30 @@ def _leave_the_machine(libc, memory_bytes: int | None) -> str | None:
             Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
         except OSError as exc:
             raise OSError(exc.errno, f"mapping the user namespace: {exc.strerror}") from None
-    return _own_shared_memory(libc, memory_bytes)
+    missing = [
+        why
+        for why in (
+            _own_shared_memory(libc, bounds.memory_bytes),
+            _scratch_of_its_own(libc, scratch, bounds.disk_bytes),
+        )
+        if why
+    ]
+    if bounds.tasks is not None:
+        # Counted in the user namespace an ordinary user's worker has of its own: its tree's
+        # tasks alone. The kernel exempts uid 0, whose workers the judge counts instead.
+        resource.setrlimit(resource.RLIMIT_NPROC, (bounds.tasks, bounds.tasks))
+    return "; ".join(missing) or None
+
+
+def _scratch_of_its_own(libc, scratch: Path, disk_bytes: int | None) -> str | None:
+    """The scratch a tmpfs of ``disk_bytes`` (None: no bound, the directory as it is) in this
+    process's own mount namespace. Returns why not."""
+    if disk_bytes is None:
+        return None
+    options = f"size={disk_bytes},mode=0700".encode()
+    if libc.mount(b"tmpfs", str(scratch).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+        return f"no disk bound: mounting a tmpfs on the scratch: {os.strerror(ctypes.get_errno())}"
+    return None
 
 
 def _own_shared_memory(libc, memory_bytes: int | None) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import faulthandler
 import functools
 import json
@@ -49,7 +50,7 @@ from impls.messages import (
     receive,
     send,
 )
-from impls.sandbox import Confinement, become_subreaper, confine
+from impls.sandbox import Confinement, WorkerBounds, become_subreaper, confine
 from spec.formula import page_pool
 from spec.fp8 import FP8_FORMATS
 
@@ -294,9 +295,42 @@ def raised(exc: BaseException) -> Raised:
         f"{kind.__module__}.{kind.__qualname__}"
         if kind.__module__ != "builtins"
         else kind.__qualname__,
-        str(exc),
+        str(exc) + bound_reached(exc),
         "".join(traceback.format_exception(exc)[-12:]),
     )
+
+
+# What this worker was confined to (run() sets it): a failure at one of its bounds names it.
+CONFINED_TO: dict[str, Any] = {"bounds": WorkerBounds(), "scratch": None}
+TASK_REFUSALS = ("can't start new thread", "Resource temporarily unavailable")
+
+
+def bound_reached(exc: BaseException) -> str:
+    """Words naming the worker's bound that ``exc``, or an error it was raised from, ran into
+    (a write past its disk, a fork or thread past its tasks); empty where none."""
+    bounds, scratch = CONFINED_TO["bounds"], CONFINED_TO["scratch"]
+    seen: list[BaseException] = []
+    while exc is not None and exc not in seen and len(seen) < 16:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    for error in seen:
+        full = isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+        if full and bounds.disk_bytes and scratch:
+            with contextlib.suppress(OSError):
+                disk = os.statvfs(scratch)
+                written = (disk.f_blocks - disk.f_bfree) * disk.f_frsize
+                return (
+                    f" [the worker's disk bound: its scratch holds at most "
+                    f"{bounds.disk_bytes / 2**20:.0f} MiB (--worker-disk), and held "
+                    f"{written / 2**20:.0f} MiB]"
+                )
+        refused = isinstance(error, OSError) and error.errno == errno.EAGAIN
+        if bounds.tasks and (refused or any(text in str(error) for text in TASK_REFUSALS)):
+            return (
+                f" [the worker's bound on tasks: at most {bounds.tasks} processes and threads, "
+                "its whole tree together (--worker-processes)]"
+            )
+    return ""
 
 
 def bench_call(
@@ -377,7 +411,7 @@ def run(
     paths: list[str],
     selector: str,
     scratch: str | None,
-    memory_bytes: int | None = None,
+    bounds: WorkerBounds | None = None,
     report_fd: int | None = None,
 ) -> None:
     """The worker's life, in a process started for it or forked for it by :mod:`impls.fork_server`;
@@ -393,8 +427,9 @@ def run(
     if scratch is None:
         confinement = Confinement("none", "--no-sandbox")
     else:
+        CONFINED_TO.update(bounds=bounds or WorkerBounds(), scratch=scratch)
         try:
-            confinement = confine(Path(scratch), paths, memory_bytes)
+            confinement = confine(Path(scratch), paths, bounds)
         except OSError as exc:
             confinement = Confinement("none", f"confining failed: {exc}")
     if report_fd is not None:
@@ -408,5 +443,5 @@ def run(
 
 
 if __name__ == "__main__":
-    memory = int(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[5] else None
-    run(int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4] or None, memory)
+    bounds = WorkerBounds.from_text(sys.argv[5] if len(sys.argv) > 5 else "")
+    run(int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4] or None, bounds)

@@ -369,7 +369,7 @@ def test_every_option_given_to_attnspec_run_reaches_pytest_as_parsed(tmp_path):
         *("--report-json", str(tmp_path / "r.json")),
         *("--report-html", str(tmp_path / "r.html")),
         *("--impl-path", str(tmp_path), "--pass-env", "HF_*", "--worker-memory", "2GiB"),
-        *("--impl-budget", "600"),
+        *("--impl-budget", "600", "--worker-disk", "512MiB", "--worker-processes", "256"),
     ]
     options = cli.build_parser().parse_args(["run", *given])
     pytest_parser = PytestParserOnArgparse()
@@ -390,10 +390,12 @@ def test_options_help_names_each_default():
 
 
 def test_a_zero_budget_and_memory_bound_reach_pytest_as_none(tmp_path):
-    """0 switches --impl-budget and --worker-memory off; attnspec run hands them on as parsed
+    """0 switches --impl-budget and the worker bounds off; attnspec run hands them on as parsed
     (0.0 and 0), which pytest's parser must take too."""
-    options = cli.build_parser().parse_args(["run", "--impl-budget", "0", "--worker-memory", "0"])
+    zeros = ["--impl-budget", "0", "--worker-memory", "0", "--worker-disk", "0"]
+    options = cli.build_parser().parse_args(["run", *zeros, "--worker-processes", "0"])
     pytest_parser = PytestParserOnArgparse()
     add_to_pytest(pytest_parser)
     received, _ = pytest_parser.argparse.parse_known_args(cli.pytest_arguments(options, tmp_path))
     assert (received.impl_budget, received.worker_memory) == (0.0, 0)
+    assert (received.worker_disk, received.worker_processes) == (0, 0)

@@ -109,6 +109,41 @@ def test_every_attack_fails_and_changes_nothing_else(tmp_path, mode):
         assert all("attnspec-scratch-" in line for line in done), done  # its own HOME only
 
 
+HOARDING = "tests.planted.hoarding"
+# Each hoarder, right on every call, and the bound its failure must name.
+HOARDERS = {
+    "fills_its_disk": "--worker-disk",
+    "keeps_children_past_its_bound": "--worker-processes",
+}
+SMALL_BOUNDS = ("--worker-disk", "64MiB", "--worker-processes", "64")  # each hoards 96 past it
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_kernel_that_takes_the_disk_or_the_process_table_fails_naming_the_bound(tmp_path, mode):
+    """Unbounded, both conform while the machine's disk and process table fill (seen with
+    --worker-disk 0 --worker-processes 0); within the bounds, each call fails naming its bound,
+    numpy beside them conforms, and nothing either made outlives the run."""
+    impls = ("numpy", *(f"{HOARDING}:{name}" for name in HOARDERS))
+    run, report = planted_run(mode, tmp_path, *SMALL_BOUNDS, impls=impls, claims="MASK-PREFIX")
+    assert run.returncode == 1, (run.stdout + run.stderr)[-4000:]
+    subjects = judged(report)
+    assert subjects["numpy"]["verdict"] == "conforms"
+    for name, option in HOARDERS.items():
+        subject = subjects[f"{HOARDING}:{name}"]
+        assert subject["verdict"] == "FAILS", name
+        message = subject["claims"]["MASK-PREFIX"]["first_failure"]["message"]
+        assert option in message, message
+    survivors = [comm for comm in Path("/proc").glob("[0-9]*/comm") if _named_hoard(comm)]
+    assert survivors == [], survivors
+
+
+def _named_hoard(comm: Path) -> bool:
+    try:
+        return comm.read_bytes().strip() == b"attnspec-hoard"
+    except OSError:  # gone meanwhile
+        return False
+
+
 COLLUDING = "tests.planted.colluding"
 CHANNELS = {"files": "files in /dev/shm", "sysv": "SysV shared memory",
             "message_queue": "POSIX message queues"}  # fmt: skip
@@ -243,9 +278,13 @@ spec = importlib.util.spec_from_file_location("sandbox", sys.argv[3])
 sandbox = sys.modules["sandbox"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sandbox)
 scratch, parent, port = Path(sys.argv[1]), os.getppid(), int(sys.argv[4])
-print("confined", sandbox.confine(scratch, sys.path, 1 << 30).describe())
+bounds = sandbox.WorkerBounds(memory_bytes=1 << 30, disk_bytes=64 << 20, tasks=64)
+print("confined", sandbox.confine(scratch, sys.path, bounds).describe())
 print("data bound", resource.getrlimit(resource.RLIMIT_DATA)[0])
+print("tasks bound", resource.getrlimit(resource.RLIMIT_NPROC)[0])
 (scratch / "written").write_text("ok")
+disk = os.statvfs(scratch)
+print("scratch", (scratch / "written").read_text(), disk.f_blocks * disk.f_frsize)
 udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for what, attempt in [
     ("write outside", lambda: Path(sys.argv[2]).write_text("escaped")),
@@ -255,6 +294,7 @@ for what, attempt in [
     ("connect to the loopback", lambda: socket.create_connection(("127.0.0.1", port), 2)),
     ("send UDP", lambda: udp.sendto(b"secret", ("127.0.0.1", port))),
     ("allocate past the bound", lambda: bytearray(2 << 30)),
+    ("write past the disk bound", lambda: (scratch / "hoard").write_bytes(bytes(96 << 20))),
 ]:
     try:
         attempt()
@@ -271,6 +311,22 @@ libc.shmget.argtypes = (ctypes.c_int, ctypes.c_size_t, ctypes.c_int)
 print("SysV segment", libc.shmget(int(sys.argv[6]), 4096, 0o1000 | 0o600) >= 0)
 status = Path("/proc/self/status").read_text().splitlines()
 print("capabilities", [line for line in status if line.startswith("CapEff")][0].split()[1])
+children = []
+read_end, write_end = os.pipe()
+try:
+    while len(children) < 80:
+        child = os.fork()
+        if child == 0:
+            os.close(write_end)
+            os.read(read_end, 1)  # until the parent closes its end
+            os._exit(0)
+        children.append(child)
+    print("tasks past the bound: allowed")
+except OSError:
+    print("tasks past the bound: refused after", len(children))
+os.close(write_end)
+for child in children:
+    os.waitpid(child, 0)
 """
 
 
@@ -308,11 +364,20 @@ def test_a_confined_process_can_write_only_its_scratch_as_root_and_as_an_ordinar
     assert run.returncode == 0, run.stderr
     assert "confined full" in run.stdout
     assert "ALLOWED" not in run.stdout, run.stdout
-    assert run.stdout.count("refused") == 8, run.stdout
+    assert [line.startswith("refused ") for line in run.stdout.splitlines()].count(True) == 9
     assert f"data bound {1 << 30}" in run.stdout
+    assert "tasks bound 64" in run.stdout
     assert "capabilities 0000000000000000" in run.stdout
-    assert (scratch / "written").read_text() == "ok"
+    # its scratch a tmpfs of its disk bound, which the kernel holds it to, gone with it
+    assert f"scratch ok {64 << 20}" in run.stdout
+    assert not (scratch / "written").exists()
     assert not outside.exists()
+    # An ordinary user's fork past the bound the kernel refuses (its tasks counted in its own
+    # user namespace); root's it never refuses (RLIMIT_NPROC exempts uid 0 whatever the
+    # namespace), so there the judge counts a worker's tasks and stops it at the bound
+    # (conformance.run.memory_watch; the hoarding kernels' test above).
+    refused = "tasks past the bound: refused after 63" in run.stdout
+    assert refused == (user == "an ordinary one" or os.geteuid() != 0), run.stdout
     # its own IPC, mount and network namespaces, and a /dev/shm of its bound, gone with it
     namespaces = next(line for line in run.stdout.splitlines() if line.startswith("namespaces"))
     for kind in ("ipc", "mnt", "net"):

@@ -36,7 +36,7 @@ from impls.messages import (
     dumps,
     loads,
 )
-from impls.sandbox import SUITE_ROOT
+from impls.sandbox import SUITE_ROOT, WorkerBounds
 
 # Runs a module as ``python -m`` would, from SUITE_ROOT and the installation alone: under -I,
 # Python puts neither the current directory nor $PYTHONPATH on sys.path, nor reads any PYTHON*
@@ -205,11 +205,11 @@ def start_worker(
     output: IO[bytes],
     scratch: str | None,
     paths: list[str],
-    memory_bytes: int | None,
+    bounds: WorkerBounds,
 ) -> ForkedWorker | subprocess.Popen:
     """A worker serving ``selector`` on ``worker_end``, printing into ``output``, confined to
-    ``scratch`` (None: unconfined) with at most ``memory_bytes`` of data, ``paths`` its
-    ``sys.path`` once confined."""
+    ``scratch`` (None: unconfined) within ``bounds``, ``paths`` its ``sys.path`` once
+    confined."""
     if not WORKERS_ARE_FORKED:
         return subprocess.Popen(
             isolated_command(
@@ -218,7 +218,7 @@ def start_worker(
                 json.dumps(paths),
                 selector,
                 scratch or "",
-                str(memory_bytes or ""),
+                bounds.as_text(),
             ),
             pass_fds=(worker_end.fileno(),),
             start_new_session=True,
@@ -227,7 +227,7 @@ def start_worker(
             stderr=subprocess.STDOUT,
             env=env,
         )
-    request = StartWorker(selector, tuple(paths), os.getcwd(), scratch, memory_bytes)
+    request = StartWorker(selector, tuple(paths), os.getcwd(), scratch, bounds)
     fds = (worker_end.fileno(), output.fileno())
 
     def fork() -> ForkedWorker:

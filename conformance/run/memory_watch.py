@@ -26,12 +26,30 @@ WATCH_EVERY = 0.02  # seconds: about 0.1 ms a look, so at most half a percent of
 RESIDENT_FIELDS = (b"RssAnon:", b"RssShmem:")  # kB each; file pages are the page cache's
 
 
-class MemoryBoundExceeded(Exception):
-    """A worker's memory reached its bound; the worker was killed."""
+class BoundExceeded(Exception):
+    """A worker reached one of the bounds the judge watches; the worker was killed."""
 
     def __init__(self, used: int, bound: int):
         self.used, self.bound = used, bound
-        super().__init__(f"{used} bytes in use, bound {bound}")
+        super().__init__(f"{used} in use, bound {bound}")
+
+
+class MemoryBoundExceeded(BoundExceeded):
+    """A worker's memory, in bytes, reached its bound."""
+
+
+class TasksBoundExceeded(BoundExceeded):
+    """A worker's live processes and threads reached their bound: where the kernel cannot
+    count them for it (root's tasks, which RLIMIT_NPROC never refuses), the judge does."""
+
+
+def tasks_of(pid: int) -> int:
+    """The live processes and threads of ``pid``'s tree."""
+    total = 0
+    for process in processes_of(pid):
+        with contextlib.suppress(OSError):
+            total += len(os.listdir(f"/proc/{process}/task"))
+    return total
 
 
 def processes_of(pid: int) -> list[int]:
@@ -81,15 +99,22 @@ class MemoryWatch:
     passed since the last look (or when forced) and raises :class:`MemoryBoundExceeded` at the
     bound."""
 
-    def __init__(self, pid: int, bound: int):
-        self.pid, self.bound = pid, bound
+    def __init__(self, pid: int, bound: int | None, tasks: int | None = None):
+        self.pid, self.bound, self.tasks = pid, bound, tasks
         self.last_look = time.monotonic()
 
     def look(self, force: bool = False) -> None:
+        """Raises the bound the worker reached, if any: MemoryBoundExceeded for its memory (None:
+        no bound), TasksBoundExceeded for its live processes and threads (None: no bound)."""
         now = time.monotonic()
         if not force and now - self.last_look < WATCH_EVERY:
             return
         self.last_look = now
-        used = memory_in_use(self.pid)
-        if used >= self.bound:
-            raise MemoryBoundExceeded(used, self.bound)
+        if self.bound is not None:
+            used = memory_in_use(self.pid)
+            if used >= self.bound:
+                raise MemoryBoundExceeded(used, self.bound)
+        if self.tasks is not None:
+            running = tasks_of(self.pid)
+            if running > self.tasks:
+                raise TasksBoundExceeded(running, self.tasks)

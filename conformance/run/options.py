@@ -20,6 +20,7 @@ from conformance.run.worker_clients import (
     DEFAULT_WORKER_MEMORY,
     format_bytes,
 )
+from impls.sandbox import DEFAULT_WORKER_DISK, DEFAULT_WORKER_TASKS
 from spec.catalogue import load_catalogue
 
 DEFAULT_SEED = 20261129
@@ -59,6 +60,40 @@ SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 def memory_value(text: str) -> int:
     """A memory bound: a size such as ``8GiB``, ``512M`` or ``4096MiB`` (binary units), or ``0``
     for none (returned as 0)."""
+    size = size_value(text)
+    if 0 < size < 64 << 20:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is below 64 MiB, where a worker cannot even import NumPy; 0 is no bound"
+        )
+    return size
+
+
+def disk_value(text: str) -> int:
+    """A disk bound: a size as :func:`memory_value` takes, at least 1 MiB, or ``0`` for none."""
+    size = size_value(text)
+    if 0 < size < 1 << 20:
+        raise argparse.ArgumentTypeError(f"{text!r} is below 1 MiB; 0 is no bound")
+    return size
+
+
+def tasks_value(text: str) -> int:
+    """A bound on a worker's live processes and threads: at least 8, or ``0`` for none."""
+    try:
+        tasks = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}, but should be a whole number of processes and threads, or 0 for no bound"
+        ) from None
+    if tasks < 0 or 0 < tasks < 8:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}, but should be at least 8 (a Python process and its BLAS threads), or 0 "
+            "for no bound"
+        )
+    return tasks
+
+
+def size_value(text: str) -> int:
+    """A size such as ``8GiB``, ``512M`` or ``4096MiB`` (binary units), or ``0``."""
     cleaned = text.strip().lower().removesuffix("b").removesuffix("i")
     number, unit = cleaned.rstrip("kmgt"), cleaned[len(cleaned.rstrip("kmgt")) :]
     try:
@@ -71,12 +106,7 @@ def memory_value(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r}: unit {unit!r} is not one of K, M, G, T")
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r}, but should be >= 0")
-    size = int(value * SIZE_UNITS[unit])
-    if 0 < size < 64 << 20:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is below 64 MiB, where a worker cannot even import NumPy; 0 is no bound"
-        )
-    return size
+    return int(value * SIZE_UNITS[unit])
 
 
 def budget_value(text: str) -> float:
@@ -282,6 +312,24 @@ OPTIONS: tuple[Option, ...] = (
         format_bytes(DEFAULT_WORKER_MEMORY),
         metavar="SIZE",
         type=memory_value,
+    ),
+    Option(
+        "--worker-disk",
+        "what a worker may write to its scratch (its TMPDIR and compile caches), a tmpfs of "
+        "SIZE of its own: a write past it fails with ENOSPC, and the call with a message naming "
+        "the bound; 0 for no bound (the scratch a directory of the judge's file system).",
+        format_bytes(DEFAULT_WORKER_DISK),
+        metavar="SIZE",
+        type=disk_value,
+    ),
+    Option(
+        "--worker-processes",
+        "the live processes and threads a worker may have, all its tree together, counted in "
+        "its own user namespace: a fork or thread past it fails (EAGAIN), and the call with a "
+        "message naming the bound; 0 for no bound.",
+        str(DEFAULT_WORKER_TASKS),
+        metavar="N",
+        type=tasks_value,
     ),
     Option(
         "--impl-budget",

@@ -20,7 +20,14 @@ from conformance.run.worker_clients import (
     WorkerSetup,
     format_bytes,
 )
-from impls.sandbox import NAMESPACE_NAMES, WORKER_VARIABLES, Confinement, expected_confinement
+from impls.sandbox import (
+    DEFAULT_WORKER_DISK,
+    DEFAULT_WORKER_TASKS,
+    NAMESPACE_NAMES,
+    WORKER_VARIABLES,
+    Confinement,
+    expected_confinement,
+)
 
 REPORTED_ENV = (
     ENV_VAR,
@@ -103,6 +110,8 @@ class RunSettings:
         return {
             "memory_bytes": setup.memory_bytes if self.sandbox else None,
             "memory_bound": MEMORY_BOUND if bounded else None,
+            "disk_bytes": setup.disk_bytes if self.sandbox else None,
+            "tasks": setup.tasks if self.sandbox else None,
             "namespaces": list(NAMESPACE_NAMES) if self.sandbox else [],
             "impl_budget_seconds": setup.budget_seconds,
             "variables": [*WORKER_VARIABLES, *setup.pass_env] if self.sandbox else ["(all)"],
@@ -119,8 +128,13 @@ class RunSettings:
         passed = f", and {', '.join(setup.pass_env)} (--pass-env)" if setup.pass_env else ""
         if setup.memory_bytes:
             memory += f" ({MEMORY_BOUND})"
+        disk = f"a scratch tmpfs of {format_bytes(setup.disk_bytes)}" if setup.disk_bytes else (
+            "no disk bound"
+        )  # fmt: skip
+        tasks = f"{setup.tasks} processes and threads" if setup.tasks else "no bound on tasks"
         return (
-            f"attnspec: workers: memory {memory}, calls {budget} per implementation, their own "
+            f"attnspec: workers: memory {memory}, {disk}, {tasks}, calls {budget} per "
+            "implementation, their own "
             f"{', '.join(NAMESPACE_NAMES)} namespaces (no network, a /dev/shm of their own), "
             f"of the environment PATH, the loader's, CUDA's, thread and locale variables{passed}"
         )
@@ -143,11 +157,14 @@ def worker_setup(config: pytest.Config) -> WorkerSetup:
                 paths.append(str(file.parent))
     memory = config.getoption("worker_memory")
     budget = config.getoption("impl_budget")
+    disk, tasks = config.getoption("worker_disk"), config.getoption("worker_processes")
     return WorkerSetup(
         impl_paths=tuple(dict.fromkeys(paths)),
         pass_env=tuple(config.getoption("pass_env") or ()),
         memory_bytes=DEFAULT_WORKER_MEMORY if memory is None else (memory or None),
         budget_seconds=DEFAULT_IMPL_BUDGET if budget is None else (budget or None),
+        disk_bytes=DEFAULT_WORKER_DISK if disk is None else (disk or None),
+        tasks=DEFAULT_WORKER_TASKS if tasks is None else (tasks or None),
     )
 
 

@@ -39,7 +39,13 @@ from typing import NoReturn
 import numpy as np
 
 from conformance.run.fork_server_client import ForkedWorker, start_worker
-from conformance.run.memory_watch import WATCH_EVERY, MemoryBoundExceeded, MemoryWatch
+from conformance.run.memory_watch import (
+    WATCH_EVERY,
+    BoundExceeded,
+    MemoryBoundExceeded,
+    MemoryWatch,
+    TasksBoundExceeded,
+)
 from impls.messages import (
     ANSWERS,
     GREETINGS,
@@ -57,7 +63,13 @@ from impls.messages import (
     receive,
     send,
 )
-from impls.sandbox import expected_confinement, worker_environment
+from impls.sandbox import (
+    DEFAULT_WORKER_DISK,
+    DEFAULT_WORKER_TASKS,
+    WorkerBounds,
+    expected_confinement,
+    worker_environment,
+)
 from impls.worker_process import Answer, describe, handle
 
 DEFAULT_CALL_TIMEOUT = 120.0  # seconds; an implementation may declare its own (call_timeout)
@@ -85,6 +97,12 @@ class WorkerSetup:
     pass_env: tuple[str, ...] = ()
     memory_bytes: int | None = DEFAULT_WORKER_MEMORY
     budget_seconds: float | None = DEFAULT_IMPL_BUDGET
+    disk_bytes: int | None = DEFAULT_WORKER_DISK
+    tasks: int | None = DEFAULT_WORKER_TASKS
+
+    def bounds(self) -> WorkerBounds:
+        """What a confined worker may hold."""
+        return WorkerBounds(self.memory_bytes, self.disk_bytes, self.tasks)
 
     def search_paths(self) -> list[str]:
         """The worker's sys.path: the candidate's directories, ``$PYTHONPATH``'s, then the
@@ -214,10 +232,11 @@ class ProcessChannel:
         # debugging, the judge's whole environment.
         env = worker_environment(os.environ, self.setup.pass_env) if scratch else dict(os.environ)
         memory = self.setup.memory_bytes if scratch else None
+        bounds = self.setup.bounds() if scratch else WorkerBounds()
         paths = self.setup.search_paths()
         with self.output.sink() as sink:
             self.process = start_worker(
-                self.selector, env, worker_end, sink, scratch, paths, memory
+                self.selector, env, worker_end, sink, scratch, paths, bounds
             )
         worker_end.close()
         self.conn = Connection(judge_end.detach())
@@ -225,8 +244,9 @@ class ProcessChannel:
             self.sandbox = self.process.sandbox
         else:  # started, not forked: where there is no fork server, there is no Landlock
             self.sandbox = expected_confinement().describe() if scratch else "none (--no-sandbox)"
-        watched = memory is not None and sys.platform == "linux"
-        self.watch = MemoryWatch(self.process.pid, memory) if watched else None
+        tasks = bounds.tasks
+        watched = (memory is not None or tasks is not None) and sys.platform == "linux"
+        self.watch = MemoryWatch(self.process.pid, memory, tasks) if watched else None
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -235,13 +255,14 @@ class ProcessChannel:
         """The worker's answer to ``message`` (None: its greeting), one of ``accepted``;
         TimeoutError when it runs past ``timeout`` seconds (it is then killed), ChildProcessError
         when it dies, LineError when it answers with something else (it is then killed too),
-        MemoryBoundExceeded when its memory reaches its bound meanwhile (it is then killed)."""
+        BoundExceeded when its memory or its tasks reach their bound meanwhile (it is then
+        killed)."""
         try:
             if message is not None:
                 send(self.conn, message)
             if self.answered_within(timeout):
                 return receive(self.conn, accepted)
-        except (LineError, MemoryBoundExceeded):
+        except (LineError, BoundExceeded):
             self.kill()
             raise
         except (EOFError, OSError):
@@ -269,14 +290,14 @@ class ProcessChannel:
         self.watch.look()
         return True
 
-    def memory_at_bound(self) -> MemoryBoundExceeded | None:
-        """Whether the worker's memory is at its bound now (a failed allocation or a full
-        ``/dev/shm`` said so by an exception it raised)."""
+    def memory_at_bound(self) -> BoundExceeded | None:
+        """Whether the worker's memory or tasks are at their bound now (a failed allocation, a
+        full ``/dev/shm`` or a refused fork said so by an exception it raised)."""
         if self.watch is None or not self.alive():
             return None
         try:
             self.watch.look(force=True)
-        except MemoryBoundExceeded as exc:
+        except BoundExceeded as exc:
             return exc
         return None
 
@@ -556,15 +577,21 @@ class ImplementationClient:
             )
         except LineError as exc:
             self.died(f"{self.name}'s worker broke the line in {call.op}() (it was killed): {exc}")
-        except MemoryBoundExceeded as exc:
+        except BoundExceeded as exc:
             raise ImplementationDied(self.past_the_bound(call.op, exc)) from None
         self.deaths_in_a_row = 0
         return answer
 
-    def past_the_bound(self, op: str, cause: MemoryBoundExceeded | Raised) -> str:
-        """The failure of a call whose worker reached its memory bound. Its state after that is
-        its own affair: the next call gets a fresh worker. Not a death: the run goes on with the
-        implementation's other tests."""
+    def past_the_bound(self, op: str, cause: BoundExceeded | Raised) -> str:
+        """The failure of a call whose worker reached its memory bound or its bound on tasks.
+        Its state after that is its own affair: the next call gets a fresh worker. Not a death:
+        the run goes on with the implementation's other tests."""
+        if isinstance(cause, TasksBoundExceeded):
+            return (
+                f"{self.name} exceeded its bound of {cause.bound} processes and threads in "
+                f"{op}() (its tree held {cause.used}); its worker was restarted "
+                "(--worker-processes)"
+            )
         if isinstance(cause, MemoryBoundExceeded):
             how = f"its resident, shared and /dev/shm memory reached {cause.used / 2**20:.0f} MiB"
         else:
@@ -604,8 +631,8 @@ class ImplementationClient:
         raise ImplementationDied(cause)
 
     def unpack(self, op: str, answer: Answer):
-        memory = getattr(self.channel, "setup", WorkerSetup(memory_bytes=None)).memory_bytes
-        if isinstance(answer, Raised) and memory is not None:
+        setup = getattr(self.channel, "setup", WorkerSetup(memory_bytes=None, tasks=None))
+        if isinstance(answer, Raised) and (setup.memory_bytes or setup.tasks) is not None:
             at_bound = self.channel.memory_at_bound()
             if at_bound is not None or self.out_of_memory(answer):
                 self.channel.kill()
