@@ -186,28 +186,9 @@ def test_float32_scores_summed_in_another_order_conform_and_scores_16_ulps_off_d
     The baseline here is the naive float32 formula summed in a plain loop, rounded by NumPy's
     elementwise float32 arithmetic: which kernel the machine's BLAS picks would otherwise decide
     how it rounds, and so whether the premise holds (it held only with OpenBLAS's Haswell sgemm)."""
-    without_term, with_term, off_by_16_ulps = {}, {}, []
-    for seed in range(16):
-        for largest in SIZES:
-            q, k, v = inputs_with_scores_up_to(largest, seed)
-            baseline = causal_attention(float32_scores(q, k, "forwards"), v)
-            for order in ("pairwise", "backwards"):
-                out = causal_attention(float32_scores(q, k, order), v)
-                without, with_it = budget_fractions(out, q, k, v, baseline)
-                key = (order, largest, seed)
-                without_term[key], with_term[key] = without, with_it
-            if largest == 1e2:  # above that, most rows are one key, whatever the scores' error
-                off = causal_attention(scores_off_by(q, k, 32 * UNIT_ROUNDOFF["float32"], seed), v)
-                off_by_16_ulps.append(budget_fractions(off, q, k, v, baseline)[1])
-    worst_without = max(without_term, key=without_term.get)
-    premise(
-        without_term[worst_without] > 1.0,
-        "without the scores' rounding term, a float32 kernel summing in another order than the "
-        f"baseline misses its budget somewhere: at most {without_term[worst_without]:.2f} of it",
+    assert_rounding_term_needed_and_enough(
+        16, SIZES, ("pairwise", "backwards"), ulps_off=16, head_dim=16, terms="16 terms"
     )
-    worst_with = max(with_term, key=with_term.get)
-    assert with_term[worst_with] < 0.9, f"{worst_with}: {with_term[worst_with]:.2f} of its budget"
-    assert min(off_by_16_ulps) > 1.0, f"16 ulps off: as little as {min(off_by_16_ulps):.2f}"
 
 
 def test_float32_scores_of_576_terms_summed_in_another_order_conform():
@@ -218,24 +199,39 @@ def test_float32_scores_of_576_terms_summed_in_another_order_conform():
     (scores up to 1000). Scores 64 ulps (128u) off, relative to their size, still miss it on
     every input at scores up to 100; 16 ulps at D = 576 are within what a correct evaluation
     commits where the terms cancel."""
-    without_term, with_term, off_by_64_ulps = {}, {}, []
-    for seed in range(16):
-        for largest in (1e2, 1e3):
-            q, k, v = inputs_with_scores_up_to(largest, seed, head_dim=576)
+    assert_rounding_term_needed_and_enough(
+        16, (1e2, 1e3), ("backwards",), ulps_off=64, head_dim=576, terms="576 terms"
+    )
+
+
+def assert_rounding_term_needed_and_enough(
+    inputs: int, sizes, orders, *, ulps_off: int, head_dim: int, terms: str
+) -> None:
+    """Over ``inputs`` seeds at each of ``sizes`` (the largest score): a float32 kernel summing
+    its dot products in each of ``orders`` misses its budget somewhere without the scores'
+    rounding term (the premise), against a baseline summed forwards; with the term it stays
+    below 0.9 of it everywhere; and a kernel whose scores are ``ulps_off`` ulps off, relative to
+    their size, misses it on every input at the smallest size (above it, most rows are one key,
+    whatever the scores' error)."""
+    without_term, with_term, off = {}, {}, []
+    for seed in range(inputs):
+        for largest in sizes:
+            q, k, v = inputs_with_scores_up_to(largest, seed, head_dim=head_dim)
             baseline = causal_attention(float32_scores(q, k, "forwards"), v)
-            out = causal_attention(float32_scores(q, k, "backwards"), v)
-            without_term[largest, seed], with_term[largest, seed] = budget_fractions(
-                out, q, k, v, baseline
-            )
-            if largest == 1e2:
-                off = causal_attention(scores_off_by(q, k, 128 * UNIT_ROUNDOFF["float32"], seed), v)
-                off_by_64_ulps.append(budget_fractions(off, q, k, v, baseline)[1])
+            for order in orders:
+                out = causal_attention(float32_scores(q, k, order), v)
+                key = (order, largest, seed)
+                without_term[key], with_term[key] = budget_fractions(out, q, k, v, baseline)
+            if largest == min(sizes):
+                relative = 2 * ulps_off * UNIT_ROUNDOFF["float32"]  # an ulp is 2u
+                scores = scores_off_by(q, k, relative, seed)
+                off.append(budget_fractions(causal_attention(scores, v), q, k, v, baseline)[1])
     worst_without = max(without_term, key=without_term.get)
     premise(
         without_term[worst_without] > 1.0,
-        "without the scores' rounding term, a float32 kernel summing 576 terms in another order "
+        f"without the scores' rounding term, a float32 kernel summing {terms} in another order "
         f"than the baseline misses its budget somewhere: at most {without_term[worst_without]:.2f}",
     )
     worst_with = max(with_term, key=with_term.get)
     assert with_term[worst_with] < 0.9, f"{worst_with}: {with_term[worst_with]:.2f} of its budget"
-    assert min(off_by_64_ulps) > 1.0, f"64 ulps off: as little as {min(off_by_64_ulps):.2f}"
+    assert min(off) > 1.0, f"{ulps_off} ulps off: as little as {min(off):.2f}"

@@ -13,20 +13,11 @@ import os
 import tempfile
 import time
 
-import numpy as np
+from tests.planted.plain import correct
 
 CHILD_NAME = b"attnspec-hoard"
 PR_SET_NAME = 15
 _children: list[int] = []
-
-
-def _formula(q, k, v, causal, scale) -> np.ndarray:
-    scores = (q @ np.swapaxes(k, -1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
-    if causal:
-        tq, tk = scores.shape[-2:]
-        scores = np.where(np.tri(tq, tk, tk - tq, bool), scores, -np.inf)
-    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return (weights / weights.sum(axis=-1, keepdims=True) @ v).astype(q.dtype)
 
 
 def fills_its_disk(q, k, v, *, causal=True, scale=None):
@@ -35,7 +26,7 @@ def fills_its_disk(q, k, v, *, causal=True, scale=None):
     path = os.path.join(tempfile.gettempdir(), "hoard")
     with open(path, "ab") as hoard:
         os.posix_fallocate(hoard.fileno(), os.fstat(hoard.fileno()).st_size, size)
-    return _formula(q, k, v, causal, scale)
+    return correct(q, k, v, causal=causal, scale=scale)
 
 
 def keeps_children_past_its_bound(q, k, v, *, causal=True, scale=None):
@@ -48,4 +39,4 @@ def keeps_children_past_its_bound(q, k, v, *, causal=True, scale=None):
             time.sleep(600)
             os._exit(0)
         _children.append(pid)
-    return _formula(q, k, v, causal, scale)
+    return correct(q, k, v, causal=causal, scale=scale)
