@@ -40,11 +40,13 @@ from conformance.bench.timing import SETTLE_SECONDS
 from conformance.run.commands import absolute_selector, usage_error
 from conformance.run.options import OPTIONS
 from conformance.run.worker_clients import (
+    BOUND_OPTIONS,
     ImplementationBroke,
     ImplementationClient,
     ImplementationDied,
     ImplementationRaised,
     WorkerSetup,
+    bounds_given,
     open_clients,
 )
 from impls.registry import RegistryError
@@ -186,27 +188,9 @@ def add_bench_parser(commands) -> None:
         help="a directory the implementation's modules are found in (repeatable)",
     )
     for option in OPTIONS:  # the workers' bounds, as attnspec run declares them
-        if option.flag in WORKER_BOUNDS:
+        if option.dest in BOUND_OPTIONS.values():
             bench.add_argument(option.flag, **option.arguments())
     bench.set_defaults(handler=command_bench)
-
-
-# attnspec run's options that a bench's workers are held to
-WORKER_BOUNDS = ("--worker-memory", "--worker-disk", "--worker-processes")
-
-
-def bench_worker_setup(options: argparse.Namespace, paths: list[str]) -> WorkerSetup:
-    """The workers of a bench: its paths, no time budget, and the bounds given (each default
-    where not given, none where given as 0)."""
-    given = {
-        field: getattr(options, dest, None)
-        for field, dest in (
-            ("memory_bytes", "worker_memory"), ("disk_bytes", "worker_disk"),
-            ("tasks", "worker_processes"),
-        )
-    }  # fmt: skip
-    bounds = {field: value or None for field, value in given.items() if value is not None}
-    return WorkerSetup(impl_paths=tuple(paths), budget_seconds=None, **bounds)
 
 
 class BenchUsageError(Exception):
@@ -417,7 +401,8 @@ def run_bench(options: argparse.Namespace) -> BenchRun:
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     paths = [*(getattr(options, "impl_path", None) or ()), os.getcwd()]
     backward = getattr(options, "backward", False)
-    setup = bench_worker_setup(options, paths)
+    bounds = bounds_given(lambda dest: getattr(options, dest, None))
+    setup = WorkerSetup(impl_paths=tuple(paths), budget_seconds=None, **bounds)
     results: list[ShapeResult] = []
     problems: list[str] = []
     machine = None

@@ -16,13 +16,11 @@ from conformance.run.selection import ENV_VAR
 from conformance.run.worker_clients import (
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_IMPL_BUDGET,
-    DEFAULT_WORKER_MEMORY,
     WorkerSetup,
+    bounds_given,
     format_bytes,
 )
 from impls.sandbox import (
-    DEFAULT_WORKER_DISK,
-    DEFAULT_WORKER_TASKS,
     NAMESPACE_NAMES,
     WORKER_VARIABLES,
     Confinement,
@@ -155,16 +153,12 @@ def worker_setup(config: pytest.Config) -> WorkerSetup:
             file = file_of_selector(selector.strip())
             if file is not None:
                 paths.append(str(file.parent))
-    memory = config.getoption("worker_memory")
     budget = config.getoption("impl_budget")
-    disk, tasks = config.getoption("worker_disk"), config.getoption("worker_processes")
     return WorkerSetup(
         impl_paths=tuple(dict.fromkeys(paths)),
         pass_env=tuple(config.getoption("pass_env") or ()),
-        memory_bytes=DEFAULT_WORKER_MEMORY if memory is None else (memory or None),
         budget_seconds=DEFAULT_IMPL_BUDGET if budget is None else (budget or None),
-        disk_bytes=DEFAULT_WORKER_DISK if disk is None else (disk or None),
-        tasks=DEFAULT_WORKER_TASKS if tasks is None else (tasks or None),
+        **bounds_given(config.getoption),
     )
 
 

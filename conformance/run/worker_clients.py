@@ -31,10 +31,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -111,6 +112,22 @@ class WorkerSetup:
         judge = [os.getcwd() if entry == "" else entry for entry in sys.path]
         paths = [os.path.abspath(p) for p in (*self.impl_paths, *pythonpath_directories())]
         return list(dict.fromkeys(paths + judge))
+
+
+# The options that bound a worker (attnspec run's, which the bench takes too), by the field of
+# WorkerSetup each sets
+BOUND_OPTIONS = {
+    "memory_bytes": "worker_memory",
+    "disk_bytes": "worker_disk",
+    "tasks": "worker_processes",
+}
+
+
+def bounds_given(value_of: Callable[[str], Any]) -> dict[str, int | None]:
+    """WorkerSetup's bound fields from the options ``value_of`` reads by their dest: each given
+    one, 0 as no bound; one not given keeps WorkerSetup's default."""
+    given = {field: value_of(dest) for field, dest in BOUND_OPTIONS.items()}
+    return {field: value or None for field, value in given.items() if value is not None}
 
 
 def pythonpath_directories() -> list[str]:
@@ -231,7 +248,6 @@ class ProcessChannel:
         # A confined worker gets the variables the sandbox lets through; --no-sandbox, for
         # debugging, the judge's whole environment.
         env = worker_environment(os.environ, self.setup.pass_env) if scratch else dict(os.environ)
-        memory = self.setup.memory_bytes if scratch else None
         bounds = self.setup.bounds() if scratch else WorkerBounds()
         paths = self.setup.search_paths()
         with self.output.sink() as sink:
@@ -244,7 +260,7 @@ class ProcessChannel:
             self.sandbox = self.process.sandbox
         else:  # started, not forked: where there is no fork server, there is no Landlock
             self.sandbox = expected_confinement().describe() if scratch else "none (--no-sandbox)"
-        tasks = bounds.tasks
+        memory, tasks = bounds.memory_bytes, bounds.tasks
         watched = (memory is not None or tasks is not None) and sys.platform == "linux"
         self.watch = MemoryWatch(self.process.pid, memory, tasks) if watched else None
 
