@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from spec.block_scaled import BLOCK_CONVENTIONS, BLOCK_FORMATS
 from spec.dtypes import check_dtype
 from spec.features import FEATURES
 from spec.fp8 import (
@@ -208,6 +209,15 @@ class Capabilities:
     fp8_output: str = "bfloat16"
     fp8_nan: str = "propagate"
     fp8_query_dtypes: tuple[str, ...] | None = None
+    # Block-scaled inputs (spec.block_scaled): the conventions it takes (BLOCK_CONVENTIONS), the
+    # formats (BLOCK_FORMATS), where it rounds P (P_ROUNDINGS: MXFP8 kernels round it to e4m3 at
+    # 2^8, "e4m3_offset8") and the dtype of mx_attention's output (fp4_cache's is q's, one of
+    # fp8_queries)
+    block_scaled: bool = False
+    block_conventions: tuple[str, ...] = tuple(BLOCK_CONVENTIONS)
+    block_formats: tuple[str, ...] = tuple(BLOCK_FORMATS)
+    block_p: str = "float32"
+    block_output: str = "bfloat16"
 
     def __post_init__(self) -> None:
         if not self.dtypes:
@@ -258,6 +268,7 @@ class Capabilities:
             )
         self.check_lengths()
         self.check_fp8()
+        self.check_block_scaled()
         unknown = [layout for layout in self.layouts if layout not in LAYOUTS]
         if unknown or "contiguous" not in self.layouts:
             raise ValueError(
@@ -310,26 +321,43 @@ class Capabilities:
         return f"{words}from {self.shortest_length}{most}"
 
     def check_fp8(self) -> None:
-        for field, values, vocabulary in (
-            ("fp8_conventions", self.fp8_conventions, FP8_CONVENTIONS),
-            ("fp8_formats", self.fp8_formats, FP8_FORMATS),
-            ("fp8_kv_scales", self.fp8_kv_scales, KV_SCALE_GRANULARITIES),
-            ("fp8_p", (self.fp8_p,), P_ROUNDINGS),
-            ("fp8_nan", (self.fp8_nan,), NAN_HANDLINGS),
-        ):
-            if (self.fp8 and not values) or any(value not in vocabulary for value in values):
-                raise ValueError(
-                    f"Capabilities.{field}={getattr(self, field)!r}, but should name "
-                    + ("at least one of " if isinstance(getattr(self, field), tuple) else "one of ")
-                    + ", ".join(vocabulary)
-                )
+        self.check_vocabularies(
+            self.fp8,
+            ("fp8_conventions", FP8_CONVENTIONS),
+            ("fp8_formats", FP8_FORMATS),
+            ("fp8_kv_scales", KV_SCALE_GRANULARITIES),
+            ("fp8_p", P_ROUNDINGS),
+            ("fp8_nan", NAN_HANDLINGS),
+        )
         for dtype in self.fp8_query_dtypes or ():
             check_dtype(dtype)
-        if self.fp8_output not in ("float32", "float16", "bfloat16"):
-            raise ValueError(
-                f"Capabilities.fp8_output={self.fp8_output!r}, but should be one of float32, "
-                "float16, bfloat16"
-            )
+        for field in ("fp8_output", "block_output"):
+            if getattr(self, field) not in ("float32", "float16", "bfloat16"):
+                raise ValueError(
+                    f"Capabilities.{field}={getattr(self, field)!r}, but should be one of "
+                    "float32, float16, bfloat16"
+                )
+
+    def check_block_scaled(self) -> None:
+        self.check_vocabularies(
+            self.block_scaled,
+            ("block_conventions", BLOCK_CONVENTIONS),
+            ("block_formats", BLOCK_FORMATS),
+            ("block_p", P_ROUNDINGS),
+        )
+
+    def check_vocabularies(self, declared: bool, *fields: tuple[str, dict]) -> None:
+        """Each field names values of its vocabulary: one for a string, at least one for a tuple
+        where ``declared``."""
+        for field, vocabulary in fields:
+            value = getattr(self, field)
+            values = value if isinstance(value, tuple) else (value,)
+            if (declared and not values) or any(v not in vocabulary for v in values):
+                raise ValueError(
+                    f"Capabilities.{field}={value!r}, but should name "
+                    + ("at least one of " if isinstance(value, tuple) else "one of ")
+                    + ", ".join(vocabulary)
+                )
 
     @property
     def fp8_queries(self) -> tuple[str, ...]:
@@ -384,6 +412,11 @@ class Capabilities:
             text += (
                 f"; fp8 {','.join(self.fp8_conventions)} in {','.join(self.fp8_formats)}, "
                 f"P in {self.fp8_p}, NaN {self.fp8_nan}"
+            )
+        if self.block_scaled:
+            text += (
+                f"; block-scaled {','.join(self.block_conventions)} in "
+                f"{','.join(self.block_formats)}, P in {self.block_p}"
             )
         if self.paged and self.page_sizes is not None:
             text += "; page sizes " + ",".join(map(str, self.page_sizes))

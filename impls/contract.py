@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from impls.block_scaled_calls import CONVENTION_KEYWORDS as BLOCK_CONVENTION_KEYWORDS
 from impls.capabilities import (
     CONVENTIONS,
     EVERY_EXTENSION,
@@ -195,6 +196,8 @@ class NumpyArrays:
         # declares it, as an FP8 call's q). The values are exact: the cast only stores them.
         if dtype in FP8_FORMATS or dtype == "bfloat16":
             return np.ascontiguousarray(array, dtype=fp8_numpy_dtype(dtype))
+        if dtype == "uint8":  # packed FP4 (spec.block_scaled): two e2m1 codes a byte
+            return np.ascontiguousarray(array, dtype=np.uint8)
         return np.ascontiguousarray(array, dtype=numpy_storage(dtype))
 
     def to_numpy(self, native: Any) -> np.ndarray:
@@ -297,6 +300,7 @@ class PlainCallable(NumpyArrays, Implementation):
                 if hasattr(fn, name)
             },
             **fp8_declaration(fn, accepted),
+            **block_declaration(fn, accepted),
         )
 
     def version(self) -> str:
@@ -343,6 +347,26 @@ def fp8_declaration(fn: Callable, accepted: set[str]) -> dict:
     declared = {name: getattr(fn, name) for name in attributes if hasattr(fn, name)}
     declared = {n: tuple(v) if isinstance(v, list | tuple) else v for n, v in declared.items()}
     return {"fp8": True, "fp8_conventions": conventions, **declared}
+
+
+def block_declaration(fn: Callable, accepted: set[str]) -> dict:
+    """A plain callable's block-scaled declaration: a convention by accepting its keywords
+    (q_block_scales, k_block_scales, v_block_scales for mx_attention; k_block_scales and
+    v_block_scales for fp4_cache, with k_global_scale and v_global_scale for NVFP4), the rest as
+    attributes, as in fn.block_conventions = ("mx_attention",), fn.block_formats =
+    ("mxfp8_e4m3",), fn.block_p = "e4m3_offset8", fn.block_output = "bfloat16"; their defaults
+    are Capabilities'."""
+    conventions = tuple(
+        convention
+        for convention, keywords in BLOCK_CONVENTION_KEYWORDS.items()
+        if all(keyword in accepted for keyword in keywords)
+    )
+    if not conventions:
+        return {}
+    attributes = ("block_conventions", "block_formats", "block_p", "block_output")
+    declared = {name: getattr(fn, name) for name in attributes if hasattr(fn, name)}
+    declared = {n: tuple(v) if isinstance(v, list | tuple) else v for n, v in declared.items()}
+    return {"block_scaled": True, "block_conventions": conventions} | declared
 
 
 def accepted_keywords(fn: Callable) -> set[str]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from impls.block_scaled_calls import is_block_scaled_call
 from impls.contract import (
     EVERY_EXTENSION,
     RAISES_ON_ALL,
@@ -38,8 +39,10 @@ from impls.contract import (
     validate_inputs,
 )
 from impls.fp8_calls import is_fp8_call
+from impls.numpy_block_scaled import block_scaled_attention
 from impls.numpy_fp8 import FP8_QUERY_DTYPES, flash3_attention
 from spec.formula import merge_states
+from spec.fp8 import round_p
 from spec.masks import (
     LISTED_KEYWORDS,
     Grid,
@@ -346,6 +349,10 @@ class NumpyFlash(NumpyArrays, Implementation):
         fp8_p="e4m3_offset8",
         fp8_output="bfloat16",
         fp8_query_dtypes=FP8_QUERY_DTYPES,
+        # block-scaled as MXFP8 kernels compute it: P * 2^8 in e4m3 (impls.numpy_block_scaled)
+        block_scaled=True,
+        block_p="e4m3_offset8",
+        block_output="bfloat16",
     )
 
     def vjp(self, q, k, v, grad_out, *, causal=True, scale=None, grad_lse=None, **variant):
@@ -383,12 +390,31 @@ class NumpyFlash(NumpyArrays, Implementation):
                 grad_sinks += grads[3]
         return (grad_q, grad_k, grad_v) + (() if grad_sinks is None else (grad_sinks,))
 
+    def p_rounded_tiles(self, q, k, v, *, causal, scale):
+        """The tiles with each tile's P rounded as block_p declares, before its product with V."""
+        return tiled_attention(
+            q, k, v, causal=causal, scale=resolve_scale(scale, q.shape[-1]),
+            rounded_weights=lambda weights: round_p(weights, self.capabilities.block_p),
+        )  # fmt: skip
+
     def attention(
         self, q, k, v, *, causal=True, scale=None, window=None, return_lse=False, **variant
     ):
+        extras = {"window": window, "return_lse": return_lse or None}
+        extras = {name: value for name, value in extras.items() if value is not None}
+        if is_block_scaled_call(variant):
+            return block_scaled_attention(
+                self.p_rounded_tiles,
+                self.capabilities,
+                q,
+                k,
+                v,
+                causal=causal,
+                scale=scale,
+                **extras,
+                **variant,
+            )
         if is_fp8_call(q, k, v, variant):
-            extras = {"window": window, "return_lse": return_lse or None}
-            extras = {name: value for name, value in extras.items() if value is not None}
             return flash3_attention(
                 q, k, v, capabilities=self.capabilities, causal=causal, scale=scale,
                 tiled_attention=tiled_attention, paged_attention=self.paged_attention,

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from impls.block_scaled_calls import is_block_scaled_call
 from impls.capabilities import SCORE_FEATURES, STATE_FEATURES, every_extension_but
 from impls.contract import (
     RAISES_ON_ALL,
@@ -39,6 +40,7 @@ from impls.contract import (
 )
 from impls.fp8_calls import is_fp8_call
 from impls.machine import usable_cores
+from impls.numpy_block_scaled import block_scaled_attention
 from impls.numpy_fp8 import FP8_QUERY_DTYPES, dequantized_attention
 from spec.formula import repeat_kv_heads
 from spec.masks import LISTED_KEYWORDS, cut_to_item, visible_keys
@@ -83,14 +85,30 @@ class NumpyVectorised(NumpyArrays, Implementation):
         fp8_p="float32",
         fp8_output="float32",
         fp8_query_dtypes=FP8_QUERY_DTYPES,
+        # block-scaled: dequantized first, the same float32 path (impls.numpy_block_scaled)
+        block_scaled=True,
+        block_p="float32",
+        block_output="float32",
     )
 
     def attention(
         self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **packing
     ):
+        extras = {"window": window, "key_lengths": key_lengths}
+        extras = {name: value for name, value in extras.items() if value is not None}
+        if is_block_scaled_call(packing):
+            return block_scaled_attention(
+                self.attention,
+                self.capabilities,
+                q,
+                k,
+                v,
+                causal=causal,
+                scale=scale,
+                **extras,
+                **packing,
+            )
         if is_fp8_call(q, k, v, packing):
-            extras = {"window": window, "key_lengths": key_lengths}
-            extras = {name: value for name, value in extras.items() if value is not None}
             return dequantized_attention(self, q, k, v, causal=causal, scale=scale,
                                          **extras, **packing)  # fmt: skip
         # the masks given as arrays: a custom mask, a tree, the keys each row lists

@@ -48,15 +48,17 @@ GROUPS = (
     "states",
     "gradients",
     "fp8",
+    "block scaled",
 )
 _REQUIRED = ("id", "level", "section", "group", "statement", "checked_on")
 _OPTIONAL = ("follows_from", "erratum", "refines")
 _EXTENSION_FIELDS = ("convention", "capability")  # required in extension sections, else refused
 # What an extension claim may need declared: a feature, a backward (Capabilities.autograd), FP8
-# inputs (Capabilities.fp8), or nothing
+# inputs (Capabilities.fp8), block-scaled inputs (Capabilities.block_scaled), or nothing
 BACKWARD = "autograd"
 FP8 = "fp8"
-CAPABILITIES = (*FEATURE_NAMES, BACKWARD, FP8, NO_FEATURE)
+BLOCK_SCALED = "block_scaled"
+CAPABILITIES = (*FEATURE_NAMES, BACKWARD, FP8, BLOCK_SCALED, NO_FEATURE)
 
 
 class CatalogueError(ValueError):

@@ -70,17 +70,24 @@ def fp8_format(name: str) -> Fp8Format:
     return FP8_FORMATS[name]
 
 
+def round_to_grid(values, smallest_normal: float, mantissa_bits: int) -> np.ndarray:
+    """``values`` rounded to the nearest value of a binary format with ``mantissa_bits`` stored
+    mantissa bits whose smallest normal value is ``smallest_normal`` (ties to even, subnormals
+    kept, no largest value: the caller decides what lies past it), as float64."""
+    x = np.asarray(values, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exponent = np.floor(np.log2(np.maximum(np.abs(x), smallest_normal)))
+        quantum = np.exp2(exponent - mantissa_bits)  # the spacing of values near x
+        rounded = np.round(x / quantum) * quantum  # numpy rounds half to even
+    return np.where(np.isfinite(x), rounded, x)
+
+
 def round_to_fp8(values, name: str) -> np.ndarray:
     """``values`` rounded to the FP8 format ``name`` (to nearest, ties to even, subnormals kept),
     as float64; past the largest finite value, inf or NaN as the format has it."""
     fmt = fp8_format(name)
     x = np.asarray(values, dtype=np.float64)
-    magnitude = np.abs(x)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        exponent = np.floor(np.log2(np.maximum(magnitude, fmt.smallest_normal)))
-        quantum = np.exp2(exponent - fmt.mantissa_bits)  # the spacing of values near x
-        rounded = np.round(x / quantum) * quantum  # numpy rounds half to even
-    rounded = np.where(np.isfinite(x), rounded, x)
+    rounded = round_to_grid(x, fmt.smallest_normal, fmt.mantissa_bits)
     past = np.abs(rounded) > fmt.largest_finite
     if fmt.overflow == "inf":
         rounded = np.where(past, np.copysign(np.inf, x), rounded)
@@ -117,18 +124,23 @@ def values_of_bytes(name: str) -> np.ndarray:
     return values
 
 
-def reinterpreted(values, written: str, read: str) -> np.ndarray:
-    """FP8 ``values`` (float64, exact in ``written``) stored as ``written``'s bytes and read as
-    ``read``'s: what a kernel that misreads the format sees."""
-    table = values_of_bytes(written)
+def codes_of(values, name: str) -> np.ndarray:
+    """The bytes (uint8) holding FP8 ``values`` (float64, exact in ``name``; NaN as the format's
+    first NaN, negative zero as 0x80)."""
+    table = values_of_bytes(name)
     finite = np.where(np.isnan(table), np.inf, table)
     x = np.asarray(values, np.float64)
-    # each value's byte: the code holding it
     order = np.argsort(finite, kind="stable")
     codes = order[np.clip(np.searchsorted(finite[order], x), 0, 255)]
     codes = np.where((x == 0) & np.signbit(x), 0x80, codes)  # negative zero's byte
     codes = np.where(np.isnan(x), int(np.flatnonzero(np.isnan(table))[0]), codes)
-    return values_of_bytes(read)[codes]
+    return codes.astype(np.uint8)
+
+
+def reinterpreted(values, written: str, read: str) -> np.ndarray:
+    """FP8 ``values`` (float64, exact in ``written``) stored as ``written``'s bytes and read as
+    ``read``'s: what a kernel that misreads the format sees."""
+    return values_of_bytes(read)[codes_of(values, written)]
 
 
 def ml_dtypes_missing() -> str | None:

@@ -18,6 +18,7 @@ from functools import cached_property
 
 import numpy as np
 
+from spec.block_scaled_mistakes import BLOCK_MISTAKES
 from spec.formula import reference_log_sum_exp, reference_masked_scores
 from spec.fp8_mistakes import FP8_MISTAKES
 from spec.gradient_mistakes import GRADIENT_MISTAKES
@@ -233,12 +234,13 @@ def find_state_mistake(name: str) -> StateMistake:
 
 def find_any_mistake(name: str):
     """The output mistake (spec.mistakes), state mistake, backward's mistake
-    (spec.gradient_mistakes) or FP8 mistake (spec.fp8_mistakes) called ``name``, or a ValueError
-    naming every known one."""
-    for catalogue in (MISTAKES, STATE_MISTAKES, GRADIENT_MISTAKES, FP8_MISTAKES):
+    (spec.gradient_mistakes), FP8 mistake (spec.fp8_mistakes) or block-scaled mistake
+    (spec.block_scaled_mistakes) called ``name``, or a ValueError naming every known one."""
+    catalogues = (MISTAKES, STATE_MISTAKES, GRADIENT_MISTAKES, FP8_MISTAKES, BLOCK_MISTAKES)
+    for catalogue in catalogues:
         if name in catalogue:
             return catalogue[name]
     raise ValueError(
         f"mistake {name!r}, but should be one of "
-        + ", ".join([*MISTAKES, *STATE_MISTAKES, *GRADIENT_MISTAKES, *FP8_MISTAKES])
+        + ", ".join(name for catalogue in catalogues for name in catalogue)
     )

@@ -21,6 +21,8 @@ import numpy as np
 
 from conformance.judge.tolerance import Comparison, compare_to_oracle, describe_fraction
 from conformance.judge.truth import CaseTruth, largest_finite
+from spec.block_scaled import BlockCall
+from spec.block_scaled_mistakes import BLOCK_MISTAKES
 from spec.dtypes import UNIT_ROUNDOFF
 from spec.fp8_mistakes import FP8_MISTAKES, Fp8Call
 from spec.gradient_mistakes import GRADIENT_MISTAKES, GradientCall
@@ -144,6 +146,15 @@ def diagnose_fp8(out, call: Fp8Call, *, truth, case, comparison: Comparison) -> 
     """The finding of a failing FP8 output: the FP8 mistakes (spec.fp8_mistakes), each in the
     arithmetic the implementation declares, whose variant it matches within its budget."""
     mistakes = FP8_MISTAKES.values()
+    matched, refuted = matched_and_refuted(out, truth, comparison.allowed, mistakes, call)
+    return finding_of(out, truth, case, comparison, matched=matched, refuted=refuted)
+
+
+def diagnose_block(out, call: BlockCall, *, truth, case, comparison: Comparison) -> dict:
+    """The finding of a failing block-scaled output: the block-scaled mistakes
+    (spec.block_scaled_mistakes), each in the arithmetic the implementation declares, whose
+    variant it matches within its budget."""
+    mistakes = BLOCK_MISTAKES.values()
     matched, refuted = matched_and_refuted(out, truth, comparison.allowed, mistakes, call)
     return finding_of(out, truth, case, comparison, matched=matched, refuted=refuted)
 

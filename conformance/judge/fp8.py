@@ -170,13 +170,20 @@ def compare_fp8(
     """``out`` against the float64 formula on the dequantized inputs, with the naive formula
     rounded where the implementation declares (``p_rounding``, ``out_dtype``) as baseline."""
     options = dict(causal=causal, scale=scale)
-    true_q, true_k, true_v = inputs.dequantized()
     with np.errstate(invalid="ignore"):
-        truth = reference_attention(true_q, true_k, true_v, **options)
         baseline = fp8_baseline(inputs.q, inputs.k, inputs.v, inputs.scales,
                                 p_rounding=p_rounding, out_dtype=out_dtype, **options)  # fmt: skip
-    # A NaN stored in an operand (FP8-NAN): the outputs that read it must be NaN, and the others
-    # are held to the budget of the call without it (its NaN taken as 0)
+    return compare_dequantized(out, inputs.dequantized(), baseline, options=options,
+                               budget=fp8_budget(out_dtype, p_rounding))  # fmt: skip
+
+
+def compare_dequantized(out, true_inputs, baseline, *, options: dict, budget: Budget):
+    """``out`` against the float64 formula on ``true_inputs`` (q, k, v, dequantized) within
+    ``budget`` of ``baseline``'s error. A NaN stored in an operand: the outputs that read it must
+    be NaN, and the others are held to the budget of the call without it (its NaN taken as 0)."""
+    true_q, true_k, true_v = true_inputs
+    with np.errstate(invalid="ignore"):
+        truth = reference_attention(true_q, true_k, true_v, **options)
     reads_nan = np.isnan(truth)
     finite_q, finite_k, finite_v = (np.nan_to_num(x, nan=0.0) for x in (true_q, true_k, true_v))
     answer, truth_read, baseline = (np.where(reads_nan, 0.0, x) for x in (out, truth, baseline))
@@ -184,14 +191,14 @@ def compare_fp8(
         answer,
         truth_read,
         baseline,
-        dtype=out_dtype,
+        dtype=budget.dtype,
         magnitude=float(np.abs(finite_v).max()),
         score_rounding=lambda: float(
             score_rounding_sensitivity(finite_q, finite_k, finite_v, **options).max()
         ),
-        budgets={out_dtype: fp8_budget(out_dtype, p_rounding)},
+        budgets={budget.dtype: budget},
     )
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         norm_ratio = float(np.linalg.norm(answer) / np.linalg.norm(truth_read))
     return Fp8Comparison(elements, truth, norm_ratio, nan_lost(out, reads_nan))
 

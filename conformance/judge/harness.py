@@ -20,6 +20,7 @@ from conformance.judge.mask_draws import IndexDraw, MaskDraw, PackedMaskDraw, Tr
 from conformance.judge.regimes import regimes_of_call, regimes_of_merge
 from conformance.run.recording import TestNotes
 from conformance.run.worker_clients import ImplementationBroke, ImplementationClient
+from spec.block_scaled import block_format
 from spec.dtypes import round_to
 from spec.features import FEATURES, Feature
 from spec.formula import causal_mask
@@ -74,6 +75,10 @@ class Case:
     fp8_format: str | None = None
     fp8_convention: str | None = None
     fp8_kv_scale: str | None = None
+    # A block-scaled call (spec.block_scaled, conformance.judge.block_scaled): its convention and
+    # format; the case's dtype is q's (the element format's under mx_attention)
+    block_convention: str | None = None
+    block_format: str | None = None
     poison_allocations: bool = False  # fresh allocations read as NaN during the call
 
     def __post_init__(self) -> None:
@@ -88,6 +93,11 @@ class Case:
     @property
     def q_shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.heads, self.tq, self.head_dim)
+
+    @property
+    def block_element(self) -> str | None:
+        """The element format of a block-scaled case's operands, or None."""
+        return None if self.block_format is None else block_format(self.block_format).element
 
     @property
     def key_value_heads(self) -> int:
@@ -161,6 +171,7 @@ class Case:
                 ("fp8", self.fp8_format, None),
                 ("scales", self.fp8_convention, None),
                 ("per", self.fp8_kv_scale, None),
+                ("blocks", self.block_format, None),
                 ("poison_allocations", self.poison_allocations, False),
                 ("duplicates", self.sparse_duplicates, "once"),
             )
@@ -313,6 +324,11 @@ class Subject:
         if missing:
             pytest.skip(f"{self.name} does not declare {', '.join(missing)}")
 
+    @staticmethod
+    def query_only(case: Case) -> bool:
+        """Whether the case's dtype is q's alone, k and v being in a narrower format."""
+        return case.fp8_convention == "kv_scale" or case.block_convention == "fp4_cache"
+
     def missing(self, case: Case, *, weights: bool = False, autograd: bool = False) -> list[str]:
         """What ``case`` needs that the implementation does not declare, in words."""
         caps = self.client.capabilities
@@ -320,10 +336,10 @@ class Subject:
             what
             for what, needed, declared in (
                 (
-                    f"dtype {case.dtype}" + (" for q" if case.fp8_convention == "kv_scale" else ""),
+                    f"dtype {case.dtype}" + (" for q" if self.query_only(case) else ""),
                     True,
-                    case.dtype == case.fp8_format
-                    or case.dtype in (caps.fp8_queries if case.fp8_convention else caps.dtypes),
+                    case.dtype in (case.fp8_format, case.block_element)
+                    or case.dtype in (caps.fp8_queries if self.query_only(case) else caps.dtypes),
                 ),
                 ("fp8 (FP8 operands with scales)", case.fp8_format is not None, caps.fp8),
                 (
@@ -340,6 +356,21 @@ class Subject:
                     f"k and v scales per {case.fp8_kv_scale}",
                     case.fp8_kv_scale is not None,
                     case.fp8_kv_scale in caps.fp8_kv_scales,
+                ),
+                (
+                    "block_scaled (block-scaled operands)",
+                    case.block_format is not None,
+                    caps.block_scaled,
+                ),
+                (
+                    f"block format {case.block_format}",
+                    case.block_format is not None,
+                    case.block_format in caps.block_formats,
+                ),
+                (
+                    f"the {case.block_convention} block-scaled convention",
+                    case.block_convention is not None,
+                    case.block_convention in caps.block_conventions,
                 ),
                 ("non-causal attention", not case.causal, caps.non_causal),
                 ("Tq != Tk", case.tq != case.tk, caps.cross_length),

@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from impls.block_scaled_calls import checked_block_call, is_block_scaled_call
 from impls.contract import PlainCallable, validate_inputs
 from impls.fp8_calls import checked_scales, is_fp8_call
 from spec.state_mistakes import find_any_mistake
@@ -36,6 +37,7 @@ FAMILIES = (
     "stress",
     "backward",
     "fp8",
+    "block scaled",
 )
 
 
@@ -79,9 +81,13 @@ def _validating(fn: Callable) -> Callable:
     # extensions it implements by naming their keywords, as any plain callable does.
     @functools.wraps(fn)
     def member(q, k, v, *, causal=True, scale=None, **variant):
-        if is_fp8_call(q, k, v, variant):  # as numpy's FP8 path checks its calls
-            fp8 = {name: value for name, value in variant.items() if name != "enable_gqa"}
-            checked_scales(declared(fn), q, k, v, causal, scale, fp8)
+        # as numpy's block-scaled and FP8 paths check their calls
+        low_precision = {name: value for name, value in variant.items() if name != "enable_gqa"}
+        if is_block_scaled_call(variant):
+            checked_block_call(declared(fn), q, k, v, causal, scale, low_precision)
+            return fn(q, k, v, causal=causal, scale=scale, **variant)
+        if is_fp8_call(q, k, v, variant):
+            checked_scales(declared(fn), q, k, v, causal, scale, low_precision)
             return fn(q, k, v, causal=causal, scale=scale, **variant)
         # what validate_inputs does not take: PyTorch's flag and the request for a second output
         checked = {
@@ -163,6 +169,7 @@ def load_members() -> dict[str, Member]:
     """Every member, mutants and correct variants, by name."""
     from tests.zoo import (  # noqa: F401  (importing registers them)
         backward,
+        block_scaled,
         caches,
         correct,
         extensions,

@@ -1,0 +1,79 @@
+"""Extensions, block-scaled low precision as Blackwell kernels run it: MXFP8 attention and FP4
+key/value caches (BLOCK-SCALES, BLOCK-MAGNITUDE, BLOCK-NAN). Inputs are quantized as callers
+quantize them (spec.block_scaled's recipes); conformance.judge.block_scaled holds the output to
+the float64 formula on the dequantized inputs within the budget of the arithmetic the
+implementation declares."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conformance.judge.block_scaled import (
+    BLOCK_CASES,
+    assert_block_matches,
+    block_case,
+    call_block,
+    declared_call,
+    spread_draw,
+    with_largest_elements,
+)
+from conformance.judge.fp8_calls import dominant_key
+from spec.fp8 import codes_of
+
+
+@pytest.mark.claim("BLOCK-SCALES")
+@pytest.mark.parametrize(("convention", "fmt"), BLOCK_CASES)
+def test_each_block_scale_multiplies_its_own_block(subject, convention, fmt):
+    case = block_case(subject, convention, fmt, batch=2, heads=4, tq=64, head_dim=64)
+    call = declared_call(subject, case, *spread_draw(subject, case))
+    call = with_largest_elements(call)
+    assert_block_matches(subject, case, call_block(subject, case, call), call)
+
+
+@pytest.mark.claim("BLOCK-MAGNITUDE")
+@pytest.mark.parametrize(("convention", "fmt"), BLOCK_CASES)
+def test_zero_queries_and_keys_with_unit_values_give_one_in_every_row(subject, convention, fmt):
+    case = block_case(subject, convention, fmt, batch=1, heads=2, tq=96, head_dim=64)
+    q, k = np.zeros(case.q_shape), np.zeros(case.k_shape)
+    call = declared_call(subject, case, q, k, np.ones(case.v_shape))
+    assert_block_matches(subject, case, call_block(subject, case, call), call)
+
+
+@pytest.mark.claim("BLOCK-ACCURACY")
+@pytest.mark.parametrize(("convention", "fmt"), BLOCK_CASES)
+def test_long_rows_of_small_weights_within_the_declared_rounding(subject, convention, fmt):
+    case = block_case(subject, convention, fmt, batch=1, heads=2, tq=32, tk=1024, head_dim=64)
+    q, k, v = dominant_key(subject, case, gap=7.5, spread=0.05)
+    call = declared_call(subject, case, q, k, v + 1.0)
+    assert_block_matches(subject, case, call_block(subject, case, call), call)
+
+
+# Where BLOCK-NAN plants its NaN scale: (operand, its index in the operand's scale tensor), each
+# read by outputs the formula makes NaN and beside outputs it leaves alone: q's row 5, second
+# block (that row); k's key 0, first block, in item 1 (every row of its heads there); v's first
+# block at column 7 (mx_attention: keys 0..31, so column 7 of every row) or key 0's first block
+# (fp4_cache: columns 0..15)
+NAN_PLANTS = [("q", (0, 1, 5, 1)), ("k", (1, 0, 0, 0)), ("v", (0, 0, 0, 7))]
+
+
+@pytest.mark.claim("BLOCK-NAN")
+@pytest.mark.parametrize(("operand", "index"), NAN_PLANTS, ids=[op for op, _ in NAN_PLANTS])
+@pytest.mark.parametrize(("convention", "fmt"), BLOCK_CASES)
+def test_a_nan_scale_reaches_the_outputs_that_read_its_block(
+    subject, convention, fmt, operand, index
+):
+    if subject.client.capabilities.fp8_nan != "propagate":
+        pytest.skip(f"{subject.name} declares fp8_nan={subject.client.capabilities.fp8_nan!r}")
+    if operand == "q" and convention == "fp4_cache":
+        pytest.skip("under fp4_cache q is not block-scaled")
+    case = block_case(subject, convention, fmt, batch=2, heads=4, tq=64, head_dim=64)
+    call = declared_call(subject, case, *spread_draw(subject, case))
+    name = f"{operand}_block_scales"
+    scales = np.array(call.keywords[name])
+    scale_format = call.format.scale
+    scales[index if convention == "mx_attention" or operand != "v" else (0, 0, 0, 0)] = (
+        0xFF if scale_format == "e8m0" else codes_of(np.nan, scale_format)
+    )
+    call = call.with_(keywords={**call.keywords, name: scales})
+    assert_block_matches(subject, case, call_block(subject, case, call), call)

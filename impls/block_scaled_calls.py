@@ -1,0 +1,117 @@
+"""The checks a block-scaled kernel's entry point makes (spec.block_scaled), shared by every
+family's built-ins so that each refuses the same calls in the same words: one convention's
+keywords, operands in a declared format, each scale tensor's shape and dtype, a block that divides
+its axis, global scales that are finite and positive.
+
+Operands are read through their ``.shape`` and their dtype's name alone (``dtype_name``), scales
+through :func:`spec.masks.host_values`, so NumPy arrays and torch tensors (on any device, with or
+without grad) go through the same checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from impls.fp8_calls import numpy_dtype_name
+from impls.validation import AttentionInputError, validate_inputs
+from spec.block_scaled import (
+    BLOCK_FORMATS,
+    BLOCK_KEYWORDS,
+    GLOBAL_SCALE_KEYWORDS,
+    BlockShapeError,
+    block_format,
+    scale_shape,
+)
+from spec.masks import host_values
+
+# each convention's keywords: (the block scales, the global scales where its format has them)
+CONVENTION_KEYWORDS = {
+    "mx_attention": ("q_block_scales", "k_block_scales", "v_block_scales"),
+    "fp4_cache": ("k_block_scales", "v_block_scales"),
+}
+
+
+def is_block_scaled_call(keywords: dict) -> bool:
+    return any(name in keywords for name in BLOCK_KEYWORDS)
+
+
+def call_format(convention: str, q, k, keywords: dict, dtype_name: Callable) -> str:
+    """The block format a call is in: its elements' dtype under mx_attention, NVFP4 or MXFP4 by
+    its global scales under fp4_cache."""
+    if convention == "fp4_cache":
+        return "nvfp4" if any(name in keywords for name in GLOBAL_SCALE_KEYWORDS) else "mxfp4"
+    element = dtype_name(q)
+    formats = [f.name for f in BLOCK_FORMATS.values() if f.element == element and not f.packed]
+    if not formats:
+        raise AttentionInputError(
+            f"q.dtype={element}, but an mx_attention call's q, k and v are in one of "
+            + ", ".join(f.element for f in BLOCK_FORMATS.values() if not f.packed)
+        )
+    return formats[0]
+
+
+def checked_block_call(
+    capabilities, q, k, v, causal, scale, keywords: dict, *,
+    dtype_name: Callable = numpy_dtype_name,
+) -> tuple[str, str]:  # fmt: skip
+    """(convention, format) of a block-scaled call, after the checks its entry point makes; an
+    AttentionInputError names the first thing wrong."""
+    convention = "mx_attention" if "q_block_scales" in keywords else "fp4_cache"
+    if convention not in capabilities.block_conventions:
+        raise AttentionInputError(f"the {convention} block-scaled convention is not declared")
+    fmt = call_format(convention, q, k, keywords, dtype_name)
+    spec = block_format(fmt)
+    if fmt not in capabilities.block_formats:
+        raise AttentionInputError(f"the {fmt} block format is not declared")
+    expected = CONVENTION_KEYWORDS[convention] + (GLOBAL_SCALE_KEYWORDS * spec.global_scale)
+    missing = [name for name in expected if name not in keywords]
+    others = sorted(set(keywords) - set(expected))
+    if missing or others:
+        raise AttentionInputError(
+            f"a {fmt} call in the {convention} convention takes {', '.join(expected)} and "
+            f"nothing else; missing {missing or 'nothing'}, unexpected {others or 'nothing'}"
+        )
+    dtypes = {name: dtype_name(x) for name, x in zip("qkv", (q, k, v), strict=True)}
+    stored = {"q": spec.element, "k": spec.element, "v": spec.element}
+    if spec.packed:
+        stored = {"k": "uint8", "v": "uint8"}
+        if dtypes["q"] not in capabilities.fp8_queries:
+            raise AttentionInputError(
+                f"q.dtype={dtypes['q']}, but should be one of {', '.join(capabilities.fp8_queries)}"
+            )
+    for name, dtype in stored.items():
+        if dtypes[name] != dtype:
+            what = "e2m1 two a byte" if spec.packed else fmt
+            raise AttentionInputError(
+                f"{name}.dtype={dtypes[name]}, but should be {dtype} ({what})"
+            )
+    shapes = {"q": tuple(q.shape), "k": tuple(k.shape), "v": tuple(v.shape)}
+    if spec.packed:  # two elements a byte
+        shapes |= {name: (*shapes[name][:-1], 2 * shapes[name][-1]) for name in "kv"}
+    logical = [np.broadcast_to(np.float32(0), shapes[name]) for name in "qkv"]
+    validate_inputs(*logical, causal=causal, scale=scale, gqa=True)
+    for name in CONVENTION_KEYWORDS[convention]:
+        operand = name[0]
+        try:
+            expected_shape = scale_shape(convention, operand, shapes[operand], spec.block)
+        except BlockShapeError as exc:
+            raise AttentionInputError(str(exc)) from None
+        value = host_values(keywords[name])
+        if value.shape != expected_shape or value.dtype != np.uint8:
+            raise AttentionInputError(
+                f"{name} of shape {value.shape} and dtype {value.dtype}, but should be the "
+                f"{spec.scale} bytes (uint8) of one scale per {spec.block} elements: "
+                f"{expected_shape}"
+            )
+    for name in GLOBAL_SCALE_KEYWORDS * spec.global_scale:
+        value = host_values(keywords[name])
+        if value.shape != () or not np.issubdtype(value.dtype, np.floating):
+            raise AttentionInputError(
+                f"{name} of shape {value.shape} and dtype {value.dtype}, but should be a float32 "
+                "scalar"
+            )
+        if not np.isfinite(value) or value <= 0:
+            raise AttentionInputError(f"{name} holds {value}, but scales are finite and > 0")
+    return convention, fmt

@@ -1,0 +1,113 @@
+"""The mistakes of block-scaled kernels: the plumbing of the blocks, as public reports of Blackwell
+kernels found them. Each is the naive formula of the call (spec.block_scaled.BlockCall.baseline)
+with one thing wrong: its bytes read with one field of :class:`spec.block_scaled.Reading`
+changed, P rounded without its scale, or the row sum mis-reduced, so that a failing output is
+named by the variant it matches within its budget (``conformance/judge/block_scaled.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from spec.block_scaled import BlockCall, Reading
+from spec.fp8_mistakes import Fp8Mistake
+
+BLOCK_MISTAKES: dict[str, Fp8Mistake] = {}
+
+
+def block_mistake(name: str, text: str, hint: str, shows: Callable[[BlockCall], bool]):
+    """Register the decorated variant (BlockCall -> output) as block-scaled mistake ``name``."""
+
+    def register(variant):
+        BLOCK_MISTAKES[name] = Fp8Mistake(name, text, hint, variant, shows)
+        return variant
+
+    return register
+
+
+def misread(call: BlockCall, **reading) -> object:
+    return call.baseline(Reading(**reading))
+
+
+@block_mistake(
+    "block-v-scaled-along-d",
+    "v's MX scales applied along the head dimension, where mx_attention lays them along the keys "
+    "(one per 32 keys, for the P v product)",
+    "a kernel that scales v as it scales q and k (TransformerEngine PR #3379)",
+    lambda call: call.convention == "mx_attention",
+)
+def _v_along_d(call: BlockCall):
+    return misread(call, v_axis=3)
+
+
+@block_mistake(
+    "block-scale-from-neighbour",
+    "each element takes the scale of the block after its own",
+    "an off-by-one in the scale tensor's index (a row's last block reads the next row's first)",
+    lambda call: True,
+)
+def _neighbour(call: BlockCall):
+    return misread(call, scale_block_shift=1)
+
+
+@block_mistake(
+    "block-size-misread",
+    "one scale applied to 16 elements where the format's block is 32, or to 32 where it is 16",
+    "NVFP4's block of 16 and MX's of 32 mixed up in a kernel that takes both",
+    lambda call: True,
+)
+def _block_size(call: BlockCall):
+    return misread(call, block=32 if call.format.block == 16 else 16)
+
+
+@block_mistake(
+    "block-e8m0-bias-128",
+    "e8m0 scales decoded with a bias of 128, not 127: every scale halved",
+    "a decoder that takes e8m0 for an IEEE exponent field with its bias off by one",
+    lambda call: call.format.scale == "e8m0",
+)
+def _bias(call: BlockCall):
+    return misread(call, e8m0_bias=128)
+
+
+@block_mistake(
+    "block-nibbles-swapped",
+    "packed e2m1 read with the first element in the high nibble",
+    "an unpacking written for the other nibble order (torch's float4_e2m1fn_x2 keeps the first "
+    "in the low bits)",
+    lambda call: call.format.packed,
+)
+def _nibbles(call: BlockCall):
+    return misread(call, low_first=False)
+
+
+@block_mistake(
+    "block-global-scale-dropped",
+    "NVFP4's float32 global scales never applied: each block's e4m3 scale taken as the whole",
+    "a wrapper that does not pass the global scale on (or folds it into the softmax scale and "
+    "forgets v's)",
+    lambda call: call.format.global_scale,
+)
+def _global(call: BlockCall):
+    return misread(call, global_scales=False)
+
+
+@block_mistake(
+    "block-p-at-scale-1",
+    "P rounded to e4m3 as it is, where the kernel declares it scaled by 2^8 first: a long row's "
+    "small weights fall to subnormals or 0",
+    "an upstream P scale of 1 where cuDNN fixes 256 (cudnn-frontend PR #904)",
+    lambda call: call.p_rounding in ("e4m3_offset8", "float32", "bfloat16"),
+)
+def _p_scale_1(call: BlockCall):
+    return call.baseline(p_rounding="e4m3")
+
+
+@block_mistake(
+    "block-output-halved",
+    "every output halved: the row sum reduced twice over the threads that share a row",
+    "a mis-reduced row sum (FlashInfer PR #3838's NVFP4 kernel; its LSE off by ln 2 too)",
+    lambda call: True,
+)
+def _halved(call: BlockCall):
+    return call.baseline() / 2

@@ -1,0 +1,209 @@
+"""Zoo members in block-scaled formats: kernels whose plumbing of the blocks went wrong as
+Blackwell kernels' did (v scaled along D, P at scale 1, the output halved, a block of 16 read as
+32 and the reverse, e8m0's bias off by one, nibbles swapped, NVFP4's global scale dropped), and a
+correct one that rounds P at 2^8 over tiles of 128 keys.
+
+Each member is a plain callable that declares its convention by its keywords and its arithmetic
+by attributes (fn.block_formats, fn.block_p, fn.block_output). The kernel below decodes the bytes
+and runs the tiles itself, written here, not taken from the suite's reading of the formats.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from impls.contract import resolve_scale
+from spec.formula import visible_keys
+from spec.fp8 import round_to_fp8
+from tests.zoo import correct_variant, mutant
+
+TILE = 128  # keys per tile
+CLAIMS = ("BLOCK-SCALES", "BLOCK-MAGNITUDE", "BLOCK-NAN", "BLOCK-ACCURACY")
+FP4 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+E4M3_BYTES = np.array([
+    (-1) ** (c >> 7) * (2.0 ** ((c >> 3 & 15) - 7) * (1 + (c & 7) / 8) if c >> 3 & 15
+                        else 2.0**-6 * (c & 7) / 8)
+    for c in range(256)
+])  # fmt: skip
+E4M3_BYTES[[0x7F, 0xFF]] = np.nan
+
+
+def scale_values(codes, nvfp4: bool, bug) -> np.ndarray:
+    codes = np.asarray(codes).astype(np.int64)
+    if nvfp4:
+        return E4M3_BYTES[codes]
+    bias = 128 if bug == "e8m0-bias-128" else 127
+    return np.where(codes == 255, np.nan, np.ldexp(1.0, codes - bias))
+
+
+def decoded(elements, codes, *, along_keys: bool, block: int, nvfp4: bool, bug):
+    """Elements (B, heads, T, D) times their scales read from the flat per-head buffer."""
+    scales = scale_values(codes, nvfp4, bug).reshape(*codes.shape[:2], -1)
+    tokens, width = elements.shape[2:]
+    t, d = np.arange(tokens)[:, None], np.arange(width)[None, :]
+    if bug == "block-16-on-32" or bug == "block-32-on-16":
+        block = 16 if bug == "block-16-on-32" else 32
+    index = (t // block) * width + d if along_keys else (t * width + d) // block
+    return elements * scales[..., np.minimum(index, scales.shape[-1] - 1)]
+
+
+def unpacked(packed, bug) -> np.ndarray:
+    low, high = packed & 15, packed >> 4
+    if bug == "nibbles-swapped":
+        low, high = high, low
+    return FP4[np.stack([low, high], axis=-1).reshape(*packed.shape[:-1], -1)]
+
+
+def block_kernel(q, k, v, *, causal, scale, p, bug, q_block_scales=None, k_block_scales=None,
+                 v_block_scales=None, k_global_scale=None, v_global_scale=None):  # fmt: skip
+    """Attention over tiles of 128 keys with an online softmax on the decoded blocks, each tile's
+    P rounded as ``p`` says (e4m3_offset8: times 2^8 into e4m3fn, divided out at the end)."""
+    mx = q_block_scales is not None
+    nvfp4 = k_global_scale is not None
+    block = 32 if mx or not nvfp4 else 16
+    operands = {}
+    for name, x, codes, global_scale in (("q", q, q_block_scales, None),
+                                         ("k", k, k_block_scales, k_global_scale),
+                                         ("v", v, v_block_scales, v_global_scale)):  # fmt: skip
+        if codes is None:  # fp4_cache's q, in its own dtype
+            operands[name] = np.asarray(q, np.float32)
+            continue
+        elements = x.astype(np.float64) if mx else unpacked(x, bug)
+        along_keys = mx and name == "v" and bug != "v-along-d"
+        values = decoded(elements, codes, along_keys=along_keys, block=block, nvfp4=nvfp4,
+                         bug=bug)  # fmt: skip
+        if global_scale is not None and bug != "global-scale-dropped":
+            values = values * float(global_scale)
+        operands[name] = values.astype(np.float32)
+    q, k, v = operands["q"], operands["k"], operands["v"]
+    heads = q.shape[1]
+    k, v = (np.repeat(x, heads // x.shape[1], axis=1) for x in (k, v))
+    tq, tk = q.shape[-2], k.shape[-2]
+    seen = visible_keys(tq, tk, causal=causal)
+    offset = np.float32(256.0 if p == "e4m3_offset8" else 1.0)
+    score_scale = np.float32(resolve_scale(scale, q.shape[-1]))
+    top = np.full((*q.shape[:-1], 1), -np.inf, np.float32)
+    total = np.zeros_like(top)
+    acc = np.zeros((*q.shape[:-1], v.shape[-1]), np.float32)
+    for start in range(0, tk, TILE):
+        keys = slice(start, start + TILE)
+        scores = (q @ k[..., keys, :].swapaxes(-1, -2)) * score_scale
+        scores = np.where(seen[..., keys], scores, np.float32(-np.inf))
+        new_top = np.maximum(top, scores.max(axis=-1, keepdims=True))
+        shift = np.where(np.isfinite(new_top), new_top, np.float32(0))
+        correction, weights = np.exp(top - shift), np.exp(scores - shift)
+        total = total * correction + weights.sum(axis=-1, keepdims=True)
+        if p == "e4m3_offset8":
+            scaled = offset if bug != "p-at-scale-1" else np.float32(1.0)
+            weights = round_to_fp8(weights * scaled, "float8_e4m3fn").astype(np.float32)
+            weights = weights * (offset / scaled)
+        acc = acc * correction + weights @ v[..., keys, :]
+        top = new_top
+    if bug == "output-halved":
+        total = total * 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total == 0, np.float32(0), acc / (total * offset))
+
+
+def block_member(bug=None, *, formats=("mxfp8_e4m3", "mxfp8_e5m2", "nvfp4", "mxfp4")):
+    """Gives the decorated signature (whose keywords declare its conventions) its body: a
+    block-scaled call through :func:`block_kernel` with ``bug``, a plain one as float attention;
+    and its declaration: P * 2^8 in e4m3, ``formats``, a float32 output under mx_attention."""
+
+    def make(signature):
+        @functools.wraps(signature)
+        def attention(q, k, v, *, causal=True, scale=None, enable_gqa=False, **scales):
+            scales = {name: value for name, value in scales.items() if value is not None}
+            if not scales:
+                out = block_kernel(q, k, v, causal=causal, scale=scale, p="float32", bug=None)
+                return out.astype(q.dtype)
+            out = block_kernel(q, k, v, causal=causal, scale=scale, p="e4m3_offset8", bug=bug,
+                               **scales)  # fmt: skip
+            return out.astype(np.float32 if "q_block_scales" in scales else q.dtype)
+
+        attention.block_formats, attention.block_p = formats, "e4m3_offset8"
+        attention.block_output = "float32"
+        return attention
+
+    return make
+
+
+# --- mutants -------------------------------------------------------------------------------------
+
+
+@mutant("block scaled", "BLOCK-SCALES", mistake="block-v-scaled-along-d")
+@block_member("v-along-d", formats=("mxfp8_e4m3",))
+def mx_v_scaled_along_d(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                        q_block_scales=None, k_block_scales=None, v_block_scales=None):  # fmt: skip
+    """v's MX scales read as if they ran along the head dimension, as q's and k's do, where
+    mx_attention lays them along the keys (TransformerEngine PR #3379)."""
+
+
+@mutant("block scaled", "BLOCK-ACCURACY", mistake="block-p-at-scale-1")
+@block_member("p-at-scale-1", formats=("mxfp8_e4m3",))
+def mx_p_at_scale_1(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                    q_block_scales=None, k_block_scales=None, v_block_scales=None):  # fmt: skip
+    """P rounded to e4m3 at a scale of 1 where 2^8 is declared (cudnn-frontend PR #904)."""
+
+
+@mutant("block scaled", "BLOCK-MAGNITUDE", mistake="block-output-halved")
+@block_member("output-halved", formats=("nvfp4",))
+def nvfp4_output_halved(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                        k_block_scales=None, v_block_scales=None, k_global_scale=None,
+                        v_global_scale=None):  # fmt: skip
+    """The row sum reduced twice over the threads sharing a row: every output halved
+    (FlashInfer PR #3838's NVFP4 kernel)."""
+
+
+@mutant("block scaled", "BLOCK-SCALES", mistake="block-size-misread")
+@block_member("block-16-on-32", formats=("mxfp4",))
+def mxfp4_scales_per_16(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                        k_block_scales=None, v_block_scales=None):  # fmt: skip
+    """MXFP4's scales, one per 32, applied to blocks of 16 as NVFP4's are."""
+
+
+@mutant("block scaled", "BLOCK-SCALES", mistake="block-size-misread")
+@block_member("block-32-on-16", formats=("nvfp4",))
+def nvfp4_scales_per_32(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                        k_block_scales=None, v_block_scales=None, k_global_scale=None,
+                        v_global_scale=None):  # fmt: skip
+    """NVFP4's scales, one per 16, applied to blocks of 32 as MX's are."""
+
+
+@mutant(
+    "block scaled", "BLOCK-SCALES", mistake="block-e8m0-bias-128", alike=("block-output-halved",)
+)
+@block_member("e8m0-bias-128", formats=("mxfp8_e4m3",))
+def e8m0_decoded_with_bias_128(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                               q_block_scales=None, k_block_scales=None,
+                               v_block_scales=None):  # fmt: skip
+    """e8m0 scales decoded as 2^(code - 128): every scale halved."""
+
+
+@mutant("block scaled", "BLOCK-SCALES", mistake="block-nibbles-swapped")
+@block_member("nibbles-swapped", formats=("mxfp4",))
+def fp4_nibbles_swapped(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                        k_block_scales=None, v_block_scales=None):  # fmt: skip
+    """Packed e2m1 read with the first element in the high nibble."""
+
+
+@mutant("block scaled", "BLOCK-SCALES", mistake="block-global-scale-dropped")
+@block_member("global-scale-dropped", formats=("nvfp4",))
+def nvfp4_global_scale_dropped(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                               k_block_scales=None, v_block_scales=None, k_global_scale=None,
+                               v_global_scale=None):  # fmt: skip
+    """NVFP4's float32 global scales taken and never applied."""
+
+
+# --- correct variants ----------------------------------------------------------------------------
+
+
+@correct_variant(judged_on=CLAIMS)
+@block_member()
+def blocks_over_tiles_of_128(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                             q_block_scales=None, k_block_scales=None, v_block_scales=None,
+                             k_global_scale=None, v_global_scale=None):  # fmt: skip
+    """Every format in both conventions: the blocks decoded from their bytes, tiles of 128 keys,
+    P * 2^8 in e4m3."""
