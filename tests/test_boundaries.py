@@ -14,7 +14,7 @@ import pytest
 from conformance.judge.harness import Case
 from conformance.run.options import OPTIONS
 from impls.capabilities import EXTENSIONS, Capabilities
-from spec.catalogue import BACKWARD, CAPABILITIES, FP8, LEVELS
+from spec.catalogue import BACKWARD, BLOCK_SCALED, CAPABILITIES, FP8, LEVELS
 from spec.features import FEATURE_NAMES, FEATURES, NO_FEATURE
 from tests.suite_process import ROOT
 
@@ -146,7 +146,7 @@ def test_each_feature_is_one_declaration_that_the_rest_reads():
     case_fields = {field.name for field in dataclasses.fields(Case)}
     assert set(FEATURE_NAMES) <= fields
     assert set(EXTENSIONS) == set(FEATURE_NAMES)
-    assert set(CAPABILITIES) == {*FEATURE_NAMES, BACKWARD, FP8, NO_FEATURE}
+    assert set(CAPABILITIES) == {*FEATURE_NAMES, BACKWARD, FP8, BLOCK_SCALED, NO_FEATURE}
     for feature in FEATURES:
         # a case sets a feature by its first keyword; a draw there gives the others with it
         assert set(feature.keywords[:1]) <= case_fields, feature.name

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from spec import load_catalogue
-from spec.catalogue import FP8
+from spec.catalogue import BLOCK_SCALED, FP8
 from tests.suite_process import ROOT
 
 PLANTED = "tests.planted.plain"
@@ -188,14 +188,15 @@ def test_implementations_are_judged_on_the_same_inputs(suite, tmp_path):
 
 # Claims whose tests need autograd or FP8, which neither implementation below declares.
 NOT_DECLARED = {"OUT-GRAD", "MASK-GRAD"} | {
-    claim.id for claim in load_catalogue() if claim.capability == FP8
+    claim.id for claim in load_catalogue() if claim.capability in (FP8, BLOCK_SCALED)
 }
 
 
 @pytest.mark.parametrize(
     ("selector", "undeclared_extensions"),
     [
-        ("numpy_reference", False),  # declares every capability but autograd and FP8
+        # declares every capability but autograd, FP8 and block-scaled
+        ("numpy_reference", False),
         (f"{PLANTED}:correct", True),  # a plain callable: the document's claims, no extension
     ],
 )

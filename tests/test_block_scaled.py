@@ -1,0 +1,137 @@
+"""spec.block_scaled's formats held to ml_dtypes (and torch where installed) on every code, its
+recipes and readings, and the entry point's refusals of malformed block-scaled calls."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from impls.block_scaled_calls import checked_block_call
+from impls.registry import resolve
+from impls.validation import AttentionInputError
+from spec.block_scaled import (
+    BLOCK_FORMATS,
+    E8M0_NAN,
+    Reading,
+    block_format,
+    e2m1_codes,
+    e2m1_values,
+    e8m0_values,
+    packed_e2m1,
+    quantize_call,
+    round_to_e2m1,
+    unpacked_e2m1,
+)
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+
+def test_e8m0_reads_every_byte_as_ml_dtypes_does():
+    codes = np.arange(256, dtype=np.uint8)
+    expected = codes.view(ml_dtypes.float8_e8m0fnu).astype(np.float64)
+    np.testing.assert_array_equal(e8m0_values(codes), expected)
+    assert np.isnan(e8m0_values(E8M0_NAN))
+
+
+def test_e2m1_reads_every_code_and_rounds_as_ml_dtypes_does():
+    codes = np.arange(16, dtype=np.uint8)
+    expected = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float64)
+    np.testing.assert_array_equal(e2m1_values(codes), expected)
+    np.testing.assert_array_equal(e2m1_codes(expected), codes)
+    draws = np.random.default_rng(0).uniform(-8, 8, 10_000)
+    draws = np.concatenate([draws, np.arange(-14, 15) / 4])  # every tie between neighbours
+    rounded = draws.astype(np.float32).astype(ml_dtypes.float4_e2m1fn).astype(np.float64)
+    np.testing.assert_array_equal(round_to_e2m1(draws), rounded)
+
+
+@pytest.mark.optional_libraries
+def test_torch_reads_e8m0_bytes_alike_where_it_has_the_dtype():
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e8m0fnu"):
+        pytest.skip("this torch has no float8_e8m0fnu")
+    codes = torch.arange(256, dtype=torch.uint8)
+    expected = codes.view(torch.float8_e8m0fnu).float().double().numpy()
+    np.testing.assert_array_equal(e8m0_values(np.arange(256)), expected)
+
+
+def test_two_e2m1_codes_a_byte_the_first_in_the_low_nibble():
+    packed = packed_e2m1(np.array([[1, 15, 7, 0]]))
+    np.testing.assert_array_equal(packed, [[0xF1, 0x07]])
+    np.testing.assert_array_equal(unpacked_e2m1(packed), [[1, 15, 7, 0]])
+    np.testing.assert_array_equal(unpacked_e2m1(packed, low_first=False), [[15, 1, 0, 7]])
+
+
+@pytest.mark.parametrize("fmt", list(BLOCK_FORMATS))
+def test_the_recipe_keeps_every_block_within_its_format_and_near_its_values(fmt):
+    spec = block_format(fmt)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 2, 64, 64)) * 2.0 ** rng.integers(-8, 8, (1, 2, 64, 1))
+    x[0, 0, 0, : spec.block] = 0.0  # a block of zeros
+    convention = "fp4_cache" if spec.packed else "mx_attention"
+    call = quantize_call(x, x, x, convention, fmt, "float32")
+    _, k, _ = call.dequantized()
+    assert not np.any(k[0, 0, 0, : spec.block])
+    # each element within half a spacing of its format at its block's scale: 2^-3 (e4m3),
+    # 2^-2 (e5m2), 1/4 of 6's neighbourhood (e2m1), of the block's largest
+    blocks = np.abs(x - k).reshape(1, 2, 64, -1, spec.block).max(axis=-1)
+    largest = np.abs(x).reshape(1, 2, 64, -1, spec.block).max(axis=-1)
+    share = {"float8_e4m3fn": 2.0**-3, "float8_e5m2": 2.0**-2, "e2m1": 1 / 4}[spec.element]
+    assert np.all(blocks <= share * largest * 1.01)
+
+
+def test_a_reading_with_one_field_changed_reads_other_values():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 1, 64, 64)) * 2.0 ** rng.integers(-4, 4, (1, 1, 64, 2)).repeat(
+        32, axis=-1
+    )
+    mx = quantize_call(x, x, x, "mx_attention", "mxfp8_e4m3")
+    fp4 = quantize_call(x, x, x, "fp4_cache", "nvfp4", "float32")
+    truth = {id(call): call.dequantized() for call in (mx, fp4)}
+    for call, reading in (
+        (mx, Reading(v_axis=3)),
+        (mx, Reading(e8m0_bias=128)),
+        (mx, Reading(scale_block_shift=1)),
+        (fp4, Reading(low_first=False)),
+        (fp4, Reading(block=32)),
+        (fp4, Reading(global_scales=False)),
+    ):
+        misread = call.dequantized(reading)
+        assert any(not np.allclose(a, b) for a, b in zip(misread, truth[id(call)], strict=True))
+
+
+def mx_call():
+    x = np.random.default_rng(3).standard_normal((1, 2, 64, 64))
+    return quantize_call(x, x, x, "mx_attention", "mxfp8_e4m3")
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (dict(q_block_scales=np.zeros((1, 2, 64, 4), np.uint8)), "q_block_scales of shape"),
+        (dict(k_block_scales=np.zeros((1, 2, 64, 2), np.float32)), "dtype float32"),
+        (dict(v_block_scales=None), "missing ['v_block_scales']"),
+        (dict(k_global_scale=np.float32(1)), "unexpected ['k_global_scale']"),
+    ],
+)
+def test_a_malformed_block_scaled_call_is_refused_naming_what_is_wrong(change, named):
+    impl = resolve("numpy")
+    call = mx_call()
+    keywords = {n: v for n, v in (call.keywords | change).items() if v is not None}
+    natives = [impl.from_numpy(x, "float8_e4m3fn") for x in (call.q, call.k, call.v)]
+    with pytest.raises(AttentionInputError, match=named.replace("[", r"\[").replace("]", r"\]")):
+        impl.attention(*natives, causal=True, **keywords)
+
+
+def test_a_block_that_does_not_divide_its_axis_is_refused_naming_the_axis():
+    impl = resolve("numpy")
+    q = np.zeros((1, 1, 48, 64))
+    keywords = {
+        "q_block_scales": np.zeros((1, 1, 48, 2), np.uint8),
+        "k_block_scales": np.zeros((1, 1, 48, 2), np.uint8),
+        "v_block_scales": np.zeros((1, 1, 1, 64), np.uint8),
+    }
+    with pytest.raises(
+        AttentionInputError, match=r"v's keys \(48\) is not a multiple of the block"
+    ):
+        checked_block_call(impl.capabilities, q, q, q, True, None, keywords,
+                           dtype_name=lambda x: "float8_e4m3fn")  # fmt: skip
