@@ -63,12 +63,13 @@ def block_kernel(q, k, v, *, causal, scale, p, bug, q_block_scales=None, k_block
     mx = q_block_scales is not None
     nvfp4 = k_global_scale is not None
     block = 32 if mx or not nvfp4 else 16
+    work = np.float64 if q.dtype == np.float64 else np.float32  # a plain float64 call's own
     operands = {}
     for name, x, codes, global_scale in (("q", q, q_block_scales, None),
                                          ("k", k, k_block_scales, k_global_scale),
                                          ("v", v, v_block_scales, v_global_scale)):  # fmt: skip
-        if codes is None:  # fp4_cache's q, in its own dtype
-            operands[name] = np.asarray(q, np.float32)
+        if codes is None:  # a plain call's operand, or fp4_cache's q, in its own dtype
+            operands[name] = np.asarray(x, work)
             continue
         elements = x.astype(np.float64) if mx else unpacked(x, bug)
         along_keys = mx and name == "v" and bug != "v-along-d"
@@ -76,23 +77,23 @@ def block_kernel(q, k, v, *, causal, scale, p, bug, q_block_scales=None, k_block
                          bug=bug)  # fmt: skip
         if global_scale is not None and bug != "global-scale-dropped":
             values = values * float(global_scale)
-        operands[name] = values.astype(np.float32)
+        operands[name] = values.astype(work)
     q, k, v = operands["q"], operands["k"], operands["v"]
     heads = q.shape[1]
     k, v = (np.repeat(x, heads // x.shape[1], axis=1) for x in (k, v))
     tq, tk = q.shape[-2], k.shape[-2]
     seen = visible_keys(tq, tk, causal=causal)
-    offset = np.float32(256.0 if p == "e4m3_offset8" else 1.0)
-    score_scale = np.float32(resolve_scale(scale, q.shape[-1]))
-    top = np.full((*q.shape[:-1], 1), -np.inf, np.float32)
+    offset = work(256.0 if p == "e4m3_offset8" else 1.0)
+    score_scale = work(resolve_scale(scale, q.shape[-1]))
+    top = np.full((*q.shape[:-1], 1), -np.inf, work)
     total = np.zeros_like(top)
-    acc = np.zeros((*q.shape[:-1], v.shape[-1]), np.float32)
+    acc = np.zeros((*q.shape[:-1], v.shape[-1]), work)
     for start in range(0, tk, TILE):
         keys = slice(start, start + TILE)
         scores = (q @ k[..., keys, :].swapaxes(-1, -2)) * score_scale
-        scores = np.where(seen[..., keys], scores, np.float32(-np.inf))
+        scores = np.where(seen[..., keys], scores, work(-np.inf))
         new_top = np.maximum(top, scores.max(axis=-1, keepdims=True))
-        shift = np.where(np.isfinite(new_top), new_top, np.float32(0))
+        shift = np.where(np.isfinite(new_top), new_top, work(0))
         correction, weights = np.exp(top - shift), np.exp(scores - shift)
         total = total * correction + weights.sum(axis=-1, keepdims=True)
         if p == "e4m3_offset8":
@@ -104,7 +105,7 @@ def block_kernel(q, k, v, *, causal, scale, p, bug, q_block_scales=None, k_block
     if bug == "output-halved":
         total = total * 2
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total == 0, np.float32(0), acc / (total * offset))
+        return np.where(total == 0, work(0), acc / (total * offset))
 
 
 def block_member(bug=None, *, formats=("mxfp8_e4m3", "mxfp8_e5m2", "nvfp4", "mxfp4")):
