@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from impls.block_scaled_calls import is_block_scaled_call
 from impls.capabilities import SCORE_FEATURES, STATE_FEATURES, every_extension_but
 from impls.contract import (
     DTYPES,
@@ -21,6 +22,7 @@ from impls.torch_arrays import (
     torch,
     visible_mask,
 )
+from impls.torch_block_scaled import block_scaled_attention
 from impls.torch_fp8 import fp8_attention, is_torch_fp8_call
 from spec.masks import LISTED_KEYWORDS
 
@@ -42,6 +44,10 @@ class TorchEager(TorchArrays, Implementation):
         fp8_formats=("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"),
         fp8_p="float32",
         fp8_output="bfloat16",
+        # block-scaled decoded in PyTorch's dtypes, then float32 (impls.torch_block_scaled)
+        block_scaled=True,
+        block_p="float32",
+        block_output="bfloat16",
     )
 
     def __init__(self, device: str = "cpu"):
@@ -66,6 +72,11 @@ class TorchEager(TorchArrays, Implementation):
     def attention(
         self, q, k, v, *, causal=True, scale=None, window=None, key_lengths=None, **packing
     ):
+        if is_block_scaled_call(packing):
+            extras = {"window": window, "key_lengths": key_lengths}
+            extras = {name: value for name, value in extras.items() if value is not None}
+            return block_scaled_attention(self.capabilities, q, k, v, causal=causal, scale=scale,
+                                          **extras, **packing)  # fmt: skip
         if is_torch_fp8_call(q, k, v, packing):
             extras = {"window": window, "key_lengths": key_lengths}
             extras = {name: value for name, value in extras.items() if value is not None}

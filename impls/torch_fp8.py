@@ -35,11 +35,16 @@ def fp8_attention(capabilities, q, k, v, *, causal, scale, **keywords):
             dequantized(x, scales, name, q, k) for name, x in zip("qkv", (q, k, v), strict=True)
         )
         scores = (q32 @ k32.transpose(-1, -2)) * softmax_scale  # (B, Hq, Tq, Tk)
+    out = softmax_times_values(scores, values, causal)
+    return out.to(getattr(torch, declared_output(capabilities, torch_dtype_name(q), scales)))
+
+
+def softmax_times_values(scores, values, causal: bool):
+    """softmax(scores) v in float32, future keys masked where ``causal``: (B, Hq, Tq, Dv)."""
     if causal:
         tq, tk = scores.shape[-2:]
         scores = scores.masked_fill(~visible_mask(tq, tk, scores.device), float("-inf"))
-    out = torch.softmax(scores, dim=-1) @ values  # (B, Hq, Tq, Dv) float32
-    return out.to(getattr(torch, declared_output(capabilities, torch_dtype_name(q), scales)))
+    return torch.softmax(scores, dim=-1) @ values
 
 
 def dequantized(x, scales: Fp8Scales, name: str, q, k):
