@@ -16,9 +16,8 @@ import pytest
 
 from conformance.judge.assertions import fail, with_diagnosis
 from conformance.judge.diagnosis import diagnose_block
-from conformance.judge.fp8 import compare_dequantized, fp8_budget
+from conformance.judge.fp8 import checked_output, compare_dequantized, fp8_budget
 from conformance.judge.harness import Case, Subject
-from conformance.run.worker_clients import ImplementationBroke
 from spec.block_scaled import (
     BLOCK_FORMATS,
     BlockCall,
@@ -126,17 +125,7 @@ def call_block(subject: Subject, case: Case, call: BlockCall) -> np.ndarray:
         dtypes |= {"k": "uint8", "v": "uint8"}
     natives = [client.from_numpy(getattr(call, name), dtypes[name]) for name in "qkv"]
     answer = client.attention(*natives, causal=case.causal, scale=case.scale, **call.keywords)
-    if client.dtype_name(answer) != call.out_dtype:
-        fail(
-            subject, case, f"out.dtype={client.dtype_name(answer)}, but should be {call.out_dtype}"
-        )
-    out = client.to_numpy(answer)
-    if out.shape != case.out_shape:
-        raise ImplementationBroke(
-            f"{subject.name} returned shape {out.shape}, but should return {case.out_shape} "
-            f"[{case.describe()}]"
-        )
-    return out.astype(np.float64)
+    return checked_output(subject, case, answer, call.out_dtype)
 
 
 def assert_block_matches(subject: Subject, case: Case, out: np.ndarray, call: BlockCall) -> None:

@@ -119,9 +119,17 @@ def call_fp8(subject: Subject, case: Case, inputs: Fp8Inputs) -> np.ndarray:
     answer = client.attention(
         *natives, causal=case.causal, scale=case.scale, **inputs.scales.keywords, **paging
     )
-    expected = output_dtype(subject, case)
-    if client.dtype_name(answer) != expected:
-        fail(subject, case, f"out.dtype={client.dtype_name(answer)}, but should be {expected}")
+    return checked_output(subject, case, answer, output_dtype(subject, case))
+
+
+def checked_output(subject: Subject, case: Case, answer, expected_dtype: str) -> np.ndarray:
+    """A low-precision call's answer as float64, after checking that it came back in
+    ``expected_dtype`` and the case's output shape."""
+    client = subject.client
+    if client.dtype_name(answer) != expected_dtype:
+        fail(
+            subject, case, f"out.dtype={client.dtype_name(answer)}, but should be {expected_dtype}"
+        )
     out = client.to_numpy(answer)
     if out.shape != case.out_shape:
         raise ImplementationBroke(
