@@ -40,6 +40,7 @@ from conformance.run.collection import (
     suite_test_id,
 )
 from conformance.run.first_failure import FirstFailures, failure_rank
+from conformance.run.judge_files import judge_directory
 from conformance.run.ledger import Ledger
 from conformance.run.options import add_to_pytest
 from conformance.run.profiles import active_profile
@@ -161,7 +162,7 @@ def pytest_configure(config: pytest.Config) -> None:
         TRUTH.directory = Path(shared) if shared else None
         TRUTH.secret = bytes.fromhex(worker_input[TRUTH_SECRET_INPUT])
     elif settings.truth_cache:
-        TRUTH.directory = Path(tempfile.mkdtemp(prefix="attnspec-truth-"))
+        TRUTH.directory = Path(tempfile.mkdtemp(prefix="truth-", dir=judge_directory()))
         run.owns_truth = True
     if worker_input is None:  # a plain run, or the xdist controller: it gathers the verdicts
         finish = partial(_write_reports, run)

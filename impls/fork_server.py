@@ -54,7 +54,7 @@ from impls.messages import (
     dumps,
     loads,
 )
-from impls.sandbox import become_subreaper
+from impls.sandbox import become_subreaper, die_with_parent
 
 MAX_PACKET = 1 << 20  # a request holds a selector and the judge's sys.path
 # What a fresh interpreter does on SIGINT here: KeyboardInterrupt, or nothing where the judge's
@@ -69,9 +69,12 @@ def start(line: socket.socket, request: StartWorker, fds: list[int]) -> WorkerSt
     sys.stderr.flush()
     # the worker says down this pipe how far it was confined, before it imports anything
     report_read, report_write = os.pipe()
+    me = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
+            if not die_with_parent(me):
+                os._exit(1)
             line.close()
             os.close(report_read)
             signal.signal(signal.SIGINT, SIGINT_AT_START)
@@ -130,8 +133,13 @@ def children() -> dict[int, bool]:
 
 def sweep() -> int:
     """Kills and reaps every child that is not a live worker: descendants that outlived theirs.
-    Returns how many of them were still running."""
-    left = {pid: running for pid, running in children().items() if pid not in WORKERS}
+    Returns how many of them were still running, not counting the first process of a worker's
+    PID namespace, which ends with its worker and takes the namespace with it."""
+    left = {
+        pid: running and not first_of_its_namespace(pid)
+        for pid, running in children().items()
+        if pid not in WORKERS
+    }
     for pid in left:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -139,6 +147,19 @@ def sweep() -> int:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
     return sum(left.values())
+
+
+def first_of_its_namespace(pid: int) -> bool:
+    """Whether ``pid`` is process 1 of a PID namespace of its own (a worker's, whose relay was
+    killed before it: :func:`impls.sandbox._own_process_tree`)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"NSpid:"):
+                    return line.split()[-1] == b"1" and len(line.split()) > 2
+    except OSError:
+        pass
+    return False
 
 
 def wait(pid: int, timeout: float | None) -> int | None:
@@ -179,10 +200,12 @@ def serve(line: socket.socket) -> None:
         line.send(dumps(answer(line, loads(payload, (StartWorker, WaitForWorker)), fds)))
 
 
-def main(fd: int) -> None:
+def main(fd: int, judge: int) -> None:
     # A Ctrl-C reaches the whole process group: the workers take it as a fresh interpreter would,
     # the fork server lives until the judge closes its line, so the judge can still wait for them.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if not die_with_parent(judge):  # a judge killed outright takes its workers with it
+        return
     become_subreaper()  # and the C library its workers confine themselves with, loaded once
     try:
         serve(socket.socket(fileno=fd))
@@ -194,4 +217,4 @@ def main(fd: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main(int(sys.argv[1]), int(sys.argv[2]))

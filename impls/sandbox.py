@@ -16,6 +16,9 @@ maintained Python binding covers its scopes (ABI 6), and the calls are three. Th
 - has no network: a network namespace of its own (no interface but a loopback that is down, so
   no TCP, UDP or loopback traffic leaves it), made as root or in a user namespace where an
   ordinary user may make one, and Landlock's TCP rules (ABI 4) refusing every bind and connect;
+- sees no process of the machine but its own: a PID namespace of its own with a ``/proc`` of its
+  own, so the judge's command line, the other workers and their ``/proc`` entries are not there
+  to read, and every process it starts ends with it;
 - shares no memory with any other process of the machine: an IPC namespace of its own (SysV
   shared memory, semaphores and message queues, POSIX message queues), and a mount namespace
   of its own where ``/dev/shm``, the one place besides its scratch where it may write, is a fresh
@@ -40,9 +43,9 @@ maintained Python binding covers its scopes (ABI 6), and the calls are three. Th
 
 What is confined is said by :class:`Confinement`: ``full``, ``partial`` (what is missing: an ABI
 below 6 leaves signals and abstract sockets open, one below 4 TCP; no namespaces leave UDP, the
-loopback, ``/dev/shm`` and the IPC objects the machine's) or ``none`` (why). The judge reports
-what the worker's confinement achieved as the fork server saw it, before the implementation's
-module was imported, never what the worker says of itself afterwards.
+loopback, ``/dev/shm``, the IPC objects and the processes the machine's) or ``none`` (why). The
+judge reports what the worker's confinement achieved as the fork server saw it, before the
+implementation's module was imported, never what the worker says of itself afterwards.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ import json
 import os
 import platform
 import resource
+import signal
+import struct
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -80,11 +85,13 @@ SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
 NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
 NETWORK_ABI = 4  # TCP's bind and connect handled
 FULL_ABI = 6  # signals and abstract sockets scoped
-CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWNET = 0x20000, 0x8000000, 0x10000000, 0x40000000
-# A worker's own network, IPC and mount namespaces: made together, in one unshare.
-NAMESPACES = CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWNS
-NAMESPACE_NAMES = ("network", "ipc", "mount")
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x20000, 0x8000000, 0x10000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+# A worker's own network, IPC, mount and PID namespaces: made together, in one unshare.
+NAMESPACES = CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWNS | CLONE_NEWPID
+NAMESPACE_NAMES = ("network", "ipc", "mount", "pid")
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
+PR_SET_PDEATHSIG = 1
 SHARED_MEMORY = "/dev/shm"
 
 READ = EXECUTE | READ_FILE | READ_DIR
@@ -243,6 +250,14 @@ def scratch_environment(scratch: Path) -> dict[str, str]:
     }
 
 
+def die_with_parent(parent: int | None = None) -> bool:
+    """This process gets SIGKILL when its parent ends, so that a judge killed outright takes its
+    fork server, the fork server its workers, and a worker's relay its PID namespace. Returns
+    False where the parent (pid ``parent``, seen from here) has ended already."""
+    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    return parent is None or os.getppid() == parent
+
+
 def become_subreaper() -> None:
     """This process's orphaned descendants come back to it (not to init), so that none escapes
     its tree: a worker's stay beneath it, and the fork server's beneath it."""
@@ -304,8 +319,8 @@ def confine(
     if expected.level == "full" and no_namespace and no_namespace.startswith("unshare"):
         return Confinement(
             "partial",
-            f"no namespaces ({no_namespace}): UDP, the loopback, /dev/shm and the IPC objects "
-            "stay the machine's",
+            f"no namespaces ({no_namespace}): UDP, the loopback, /dev/shm, the IPC objects and "
+            "the processes in /proc stay the machine's",
         )
     if expected.level == "full" and no_namespace:
         return Confinement("partial", no_namespace)  # a bound that could not be set, named
@@ -313,10 +328,11 @@ def confine(
 
 
 def _leave_the_machine(libc, bounds: WorkerBounds, scratch: Path) -> str | None:
-    """Moves this process into network, IPC and mount namespaces of its own (as root directly,
-    else inside a user namespace of its own that maps this user to itself), with a fresh
-    ``/dev/shm``, its scratch a tmpfs of its disk bound, and its tasks bounded. Returns what it
-    could not do, or None."""
+    """Moves this process into network, IPC, mount and PID namespaces of its own (as root
+    directly, else inside a user namespace of its own that maps this user to itself), with a
+    fresh ``/dev/shm``, its scratch a tmpfs of its disk bound, its tasks bounded, and a ``/proc``
+    that shows its own processes alone; from here on it is the PID namespace's process 2
+    (:func:`_own_process_tree`). Returns what it could not do, or None."""
     if libc.unshare(NAMESPACES) != 0:
         as_root = os.strerror(ctypes.get_errno())
         uid, gid = os.getuid(), os.getgid()
@@ -333,6 +349,7 @@ def _leave_the_machine(libc, bounds: WorkerBounds, scratch: Path) -> str | None:
         for why in (
             _own_shared_memory(libc, bounds.memory_bytes),
             _scratch_of_its_own(libc, scratch, bounds.disk_bytes),
+            _own_process_tree(libc),
         )
         if why
     ]
@@ -341,6 +358,84 @@ def _leave_the_machine(libc, bounds: WorkerBounds, scratch: Path) -> str | None:
         # tasks alone. The kernel exempts uid 0, whose workers the judge counts instead.
         resource.setrlimit(resource.RLIMIT_NPROC, (bounds.tasks, bounds.tasks))
     return "; ".join(missing) or None
+
+
+def _own_process_tree(libc) -> str | None:
+    """Goes on as a process of the PID namespace the unshare made, which sees its own processes
+    alone in a ``/proc`` of its own. Returns why it cannot see them alone, or None.
+
+    The unshare moved this process's children, not itself: so it stays outside as the worker
+    the fork server and the judge know by its pid, and relays (:func:`_relay`); its child is the
+    namespace's process 1, which mounts the namespace's ``/proc``, reaps, and dies with this
+    process (``PR_SET_PDEATHSIG``); and its child, the namespace's process 2, returns from here
+    and becomes the worker. Process 1 is its own for a reason: the kernel keeps signals without
+    a handler from a namespace's process 1, so an implementation's own ``abort()`` or
+    ``kill(getpid(), ...)`` would not end it as they end a worker elsewhere. When process 1 ends,
+    the kernel kills every process left in the namespace, so nothing the implementation started
+    outlives its worker, wherever it put itself."""
+    on_interrupt = signal.getsignal(signal.SIGINT)  # its relay and process 1 ignore SIGINT
+    status_read, status_write = os.pipe()
+    if (init := os.fork()) != 0:
+        _relay(init, status_read, status_write)
+    os.close(status_read)
+    die_with_parent()  # its parent, outside the namespace, has no pid here to check
+    why = None
+    if libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
+        why = (
+            f"no /proc of its own ({os.strerror(ctypes.get_errno())}): its PID namespace's "
+            "worker sees the machine's processes"
+        )
+    if (worker := os.fork()) != 0:
+        _init(worker, status_write)
+    os.close(status_write)
+    signal.signal(signal.SIGINT, on_interrupt)
+    return why
+
+
+def _keep_only(*kept: int) -> None:
+    """Closes every descriptor but stdin, stdout, stderr and ``kept``: the worker's line to the
+    judge and its report pipe stay the worker's alone, so the judge sees them close with it."""
+    edge = 3
+    for fd in sorted(kept):
+        os.closerange(edge, fd)
+        edge = fd + 1
+    os.closerange(edge, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+
+
+def _init(worker: int, status_write: int) -> None:
+    """Process 1 of the worker's PID namespace: reaps what ends in it, and when the worker ends
+    tells the relay how, and ends (and the namespace with it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _keep_only(status_write)
+    while True:
+        try:
+            ended, status = os.wait()
+        except ChildProcessError:
+            os._exit(1)
+        if ended == worker:
+            os.write(status_write, struct.pack("i", status))
+            os._exit(0)
+
+
+def _relay(init: int, status_read: int, status_write: int) -> None:
+    """The worker as its fork server and judge know it: waits for the namespace's process 1,
+    then ends as the worker inside ended (its exit status, or its signal), so that the judge
+    reads a segfault inside as a segfault."""
+    os.close(status_write)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _keep_only(status_read)
+    _, status = os.waitpid(init, 0)
+    said = os.read(status_read, 4)
+    if len(said) == 4:
+        status = struct.unpack("i", said)[0]
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the worker's core was its own
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
 def _scratch_of_its_own(libc, scratch: Path, disk_bytes: int | None) -> str | None:

@@ -75,7 +75,7 @@ def test_judge_returns_the_reports_fields_as_typed_objects():
     assert failure is not None
     assert "budget" in failure.message, failure
     assert mutant.sandbox == "full"
-    assert verdict.workers["namespaces"] == ["network", "ipc", "mount"]
+    assert verdict.workers["namespaces"] == ["network", "ipc", "mount", "pid"]
     assert verdict.exit_status == 1
 
 

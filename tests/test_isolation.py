@@ -5,14 +5,20 @@ through ``attnspec run`` with its defaults."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from conformance.run.memory_watch import processes_of
 from impls.numpy_vectorised import NumpyVectorised
 from spec.catalogue import load_catalogue
-from tests.suite_process import run_module, run_suite
+from tests.suite_process import ROOT, run_module, run_suite
 
 CRASHING = "tests.planted.crashing"
 MEDDLING = "tests.planted.meddling"
@@ -212,3 +218,54 @@ def test_a_run_leaves_nothing_in_the_temporary_directory(tmp_path, impls, extra,
     )  # fmt: skip
     assert run.returncode == exit_code, run.stdout[-3000:] + run.stderr[-3000:]
     assert not sorted(scratch.glob(LEFT_BEHIND)), f"left behind: {sorted(scratch.glob('*'))}"
+
+
+def _running(pids: list[int]) -> list[int]:
+    """Those of ``pids`` that still run (not zombies)."""
+    running = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != b"Z":
+            running.append(pid)
+    return running
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the fork server and /proc are Linux's")
+def test_a_judge_killed_outright_leaves_no_worker_and_the_next_run_removes_its_files(tmp_path):
+    """SIGKILL to a judge's process group while its worker hangs in a call: the fork server dies
+    with the judge, with no chance to end its workers, and the worker dies with the fork server
+    (PR_SET_PDEATHSIG), so no hanging worker stays; the
+    judge's directory (its truth, the worker's scratch and output) stays, and the next run
+    removes it. Before, each killed judge left its scratch directories, output files and truth
+    in /tmp, and a hanging worker ran on."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    environ = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(scratch))
+    judge = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider",
+         "--impl", f"{CRASHING}:hangs", "--claims", "OUT-FORMULA", "--call-timeout", "300"],
+        cwd=ROOT, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    # the judge, its fork server and the worker (its relay, its PID namespace's first process)
+    while len(processes_of(judge.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # in its call
+    started = [pid for pid in processes_of(judge.pid) if pid != judge.pid]
+    assert len(started) >= 2, started
+    os.killpg(judge.pid, signal.SIGKILL)  # as a CI runner cancels a job: its fork server too
+    judge.wait()
+    left = sorted(scratch.glob("attnspec-judge-*"))
+    assert [path.name.split("-")[2] for path in left] == [str(judge.pid)], left
+    while _running(started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _running(started) == [], "the hanging worker outlived its judge"
+    run = run_suite(
+        "--impl", "numpy", "--claims", "SCORE-SHAPE", env_overrides={"TMPDIR": str(scratch)}
+    )
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert not sorted(scratch.glob("attnspec-*")), sorted(scratch.glob("*"))

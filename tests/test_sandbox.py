@@ -106,7 +106,7 @@ def test_every_attack_fails_and_changes_nothing_else(tmp_path, mode):
         for attempt in ("forge the truth", "read the truth", "send SIGSTOP", "ptrace", "write"):
             assert f"planted {attempt}" in output, attempt
         done = [line for line in output.splitlines() if ": done:" in line]
-        assert all("attnspec-scratch-" in line for line in done), done  # its own HOME only
+        assert all("/scratch-" in line for line in done), done  # its own HOME only
 
 
 HOARDING = "tests.planted.hoarding"
@@ -118,16 +118,23 @@ HOARDERS = {
 SMALL_BOUNDS = ("--worker-disk", "64MiB", "--worker-processes", "64")  # each hoards 96 past it
 
 
+# Right on every call, wrong once it sees a process naming pytest (the judge) in /proc.
+PRYING = "tests.planted.prying:answers_wrongly_once_it_sees_the_judge"
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_kernel_that_takes_the_disk_or_the_process_table_fails_naming_the_bound(tmp_path, mode):
     """Unbounded, both conform while the machine's disk and process table fill (seen with
     --worker-disk 0 --worker-processes 0); within the bounds, each call fails naming its bound,
-    numpy beside them conforms, and nothing either made outlives the run."""
-    impls = ("numpy", *(f"{HOARDING}:{name}" for name in HOARDERS))
+    numpy beside them conforms, and nothing either made outlives the run. Beside them, a kernel
+    that answers wrongly once it sees the judge in /proc conforms: its worker's PID namespace
+    shows it its own processes alone (unconfined it FAILS: the test after the next)."""
+    impls = ("numpy", PRYING, *(f"{HOARDING}:{name}" for name in HOARDERS))
     run, report = planted_run(mode, tmp_path, *SMALL_BOUNDS, impls=impls, claims="MASK-PREFIX")
     assert run.returncode == 1, (run.stdout + run.stderr)[-4000:]
     subjects = judged(report)
     assert subjects["numpy"]["verdict"] == "conforms"
+    assert subjects[PRYING]["verdict"] == "conforms", subjects[PRYING]["claims"]
     for name, option in HOARDERS.items():
         subject = subjects[f"{HOARDING}:{name}"]
         assert subject["verdict"] == "FAILS", name
@@ -242,10 +249,11 @@ def test_no_channel_carries_answers_into_a_bench(channel):
 
 def test_unconfined_a_worker_writes_where_it_likes_but_cannot_read_the_sealed_truth(tmp_path):
     """What the tests above would see without the sandbox (--no-sandbox): the write goes
-    through. The truth is sealed under the run's secret all the same (conformance/judge/truth.py):
-    reading the entries numpy's judgement left passes nothing."""
+    through, and the kernel that looks for the judge in /proc sees it. The truth is sealed under
+    the run's secret all the same (conformance/judge/truth.py): reading the entries numpy's
+    judgement left passes nothing."""
     report = tmp_path / "report.json"
-    impls = f"numpy,{PLANTED}:reads_the_truth,{PLANTED}:writes_beside_the_mark"
+    impls = f"numpy,{PLANTED}:reads_the_truth,{PLANTED}:writes_beside_the_mark,{PRYING}"
     run = run_module(
         "pytest", "conformance", "-p", "no:cacheprovider", "--impl", impls,
         "--claims", "OUT-FORMULA", "--no-sandbox", "--report-json", str(report), *VERDICTS_ONLY,
@@ -258,6 +266,7 @@ def test_unconfined_a_worker_writes_where_it_likes_but_cannot_read_the_sealed_tr
     assert subjects[f"{PLANTED}:writes_beside_the_mark"]["sandbox"] == "none (--no-sandbox)"
     reader = subjects[f"{PLANTED}:reads_the_truth"]["claims"]["OUT-FORMULA"]
     assert reader["passed"] == 0, reader
+    assert subjects[PRYING]["verdict"] == "FAILS"  # it saw the judge
 
 
 @pytest.mark.parametrize(
@@ -315,7 +324,9 @@ for what, attempt in [
         print("refused", what)
 libc = ctypes.CDLL(None, use_errno=True)
 print("refused ptrace" if libc.ptrace(16, parent, 0, 0) != 0 else "ALLOWED ptrace")
-print("namespaces", *(os.readlink(f"/proc/self/ns/{kind}") for kind in ("ipc", "mnt", "net")))
+kinds = ("ipc", "mnt", "net", "pid")
+print("namespaces", *(os.readlink(f"/proc/self/ns/{kind}") for kind in kinds))
+print("processes seen", sorted(int(entry) for entry in os.listdir("/proc") if entry.isdigit()))
 shm = os.statvfs("/dev/shm")
 print("/dev/shm size", shm.f_blocks * shm.f_frsize)
 (Path("/dev/shm") / sys.argv[5]).write_text("left for another")
@@ -388,13 +399,17 @@ def test_a_confined_process_can_write_only_its_scratch_as_root_and_as_an_ordinar
     # user namespace); root's it never refuses (RLIMIT_NPROC exempts uid 0 whatever the
     # namespace), so there the judge counts a worker's tasks and stops it at the bound
     # (conformance.run.memory_watch; the hoarding kernels' test above).
-    refused = "tasks past the bound: refused after 63" in run.stdout
+    # (its tasks: its relay outside its PID namespace, that namespace's process 1, itself, and
+    # 61 children)
+    refused = "tasks past the bound: refused after 61" in run.stdout
     assert refused == (user == "an ordinary one" or os.geteuid() != 0), run.stdout
     # its own IPC, mount and network namespaces, and a /dev/shm of its bound, gone with it
     namespaces = next(line for line in run.stdout.splitlines() if line.startswith("namespaces"))
-    for kind in ("ipc", "mnt", "net"):
+    for kind in ("ipc", "mnt", "net", "pid"):
         assert os.readlink(f"/proc/self/ns/{kind}") not in namespaces.split(), namespaces
     assert f"/dev/shm size {1 << 30}" in run.stdout
+    # its PID namespace's process 1 and itself, no process of the machine's
+    assert "processes seen [1, 2]" in run.stdout, run.stdout
     assert "SysV segment True" in run.stdout
     assert not (Path("/dev/shm") / left_in_shm).exists()
     assert machine_shared_state() == before

@@ -10,8 +10,9 @@ any sample of a process of the other side's worker with SM utilisation above 0 r
 round, as CPU run there does.
 
 What it cannot see: the driver samples every few tens of milliseconds, so a kernel shorter than
-that between two samples may leave none; and NVML reports the machine's process ids, which are
-the workers' own here (no PID namespace).
+that between two samples may leave none. NVML reports process ids as the machine numbers them,
+and so does the judge's ``/proc``, where it reads the workers' trees (a worker's own PID
+namespace numbers its processes otherwise only inside).
 """
 
 from __future__ import annotations

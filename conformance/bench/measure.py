@@ -17,7 +17,10 @@ can fake"):
 - a patched clock in the worker: the same agreement;
 - a time below the roofline: not credible, whatever the clocks say (conformance.bench.roofline);
 - a rival slowed: while one side is timed, the other side's worker is frozen, and a round in
-  which it ran anyway is refused (conformance.bench.fairness).
+  which it ran anyway is refused (conformance.bench.fairness);
+- a machine busy with other work: what the rest of the machine ran during each side's timed
+  calls is measured, and a side that shared the cores with it is refused
+  (conformance.bench.machine_load).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 
 from conformance.bench.device_activity import DeviceActivity
 from conformance.bench.fairness import FREEZE, OFF, Quiet, unfair
+from conformance.bench.machine_load import MachineLoad, WatchedCall
 from conformance.bench.roofline import Machine, call_bytes, call_flops
 from conformance.bench.shapes import BenchShape
 from conformance.bench.timing import SETTLE_SECONDS
@@ -77,6 +81,7 @@ class TimedSide:
     check_last: bool = True  # the last timed call's answer checked, whatever the draw
     judge_clock: bool = True
     fairness: str = FREEZE  # what the other sides' workers undergo while this one is timed
+    machine_watch: bool = True  # a side whose calls shared the machine with other work refused
     backward: bool = False  # time vjp, forward and backward, and check its gradients
     # an FP8 dtype: q's dtype where the call is in the key/value cache's convention (None: q in
     # the FP8 dtype with the descales, FlashAttention 3's)
@@ -92,6 +97,8 @@ class TimedSide:
     checked: int = 0  # answers checked, the first one included
     worst_fraction: float = 0.0  # the largest error / budget among them
     echoes: list[float] = field(default_factory=list)  # the line's cost, request by request
+    # what the rest of the machine ran during the timed calls
+    load: MachineLoad = field(default_factory=MachineLoad)
 
     def __post_init__(self) -> None:
         self.choices = np.random.default_rng(secrets.randbits(64))  # the judge's, not the worker's
@@ -139,7 +146,11 @@ class TimedSide:
         # a side timed against itself has one worker: it is not frozen under its own call
         mine = worker_of(self.client)
         workers = {o.name: pid for o in others if (pid := worker_of(o)) not in (None, mine)}
-        with Quiet(workers, self.fairness, self.device_activity) as quiet:
+        every_worker = [pid for pid in (mine, *workers.values()) if pid is not None]
+        with (
+            Quiet(workers, self.fairness, self.device_activity) as quiet,
+            WatchedCall(self.load, every_worker),
+        ):
             seconds, output, wall = self._request(seed)
             self.probe_line()  # right after, warm as the call's request was
         for name, ran in quiet.ran.items():
@@ -261,9 +272,12 @@ class TimedSide:
     def contradiction(self) -> str | None:
         """Why the worker's times are not credible by the judge's clock, or None. Each request is
         held to its own report (the load it met is the same for both clocks). A round in which
-        another side ran is refused first."""
+        another side ran is refused first, then one that shared the machine with other work."""
         why = unfair(self.client.name, self.others_ran, self.others_busy)
         if self.fairness != OFF and why:
+            return why
+        why = self.load.refusal(self.client.name)
+        if self.machine_watch and why:
             return why
         if not self.judge_clock or not self.seconds:
             return None
@@ -304,6 +318,7 @@ class SideResult:
     # the CPU each other side's worker ran during each of this side's timed calls, by name
     others_ran: dict[str, list[float]] = field(default_factory=dict)
     dtype: str = ""  # the dtype this side was timed in (an FP8 subject's baseline: bfloat16)
+    load: MachineLoad = field(default_factory=MachineLoad)  # the rest of the machine meanwhile
 
     @property
     def median(self) -> float:
@@ -333,7 +348,7 @@ def side_result(side: TimedSide, machine: Machine) -> SideResult:
         )
     return SideResult(
         side.client.name, list(side.seconds), flops, bytes_moved, bound, why_not is None,
-        why_not, side.checked, side.worst_fraction, dict(side.others_ran), side.dtype,
+        why_not, side.checked, side.worst_fraction, dict(side.others_ran), side.dtype, side.load,
     )  # fmt: skip
 
 

@@ -27,7 +27,10 @@ Schema ``attnspec-bench/1``::
             "roofline_seconds": x,         # the least time the machine allows the call
             "fraction_of_roofline": x,     # roofline_seconds / median_seconds
             "credible": true, "why_not": null | "...",
-            "answers_checked": n, "worst_budget_fraction": x}],
+            "answers_checked": n, "worst_budget_fraction": x,
+            "machine_load": {"measured": true,  # what other processes ran during its calls
+                             "others_cores": x, "others_cores_shown": x,  # less 3 errors
+                             "allowed_cores": x, "cores": n, "wall_seconds": x}}],
          "ratio": null | {"median": x, "low": x, "high": x, "confidence": 0.95},
          "max_ratio": null | x,
          "verdict": null | "passes" | "FAILS" | "inconclusive" | "not credible"}],
@@ -117,6 +120,7 @@ def side_json(side: SideResult) -> dict:
         "why_not": side.why_not,
         "answers_checked": side.checked,
         "worst_budget_fraction": side.worst_fraction,
+        "machine_load": side.load.as_json(),
     }
 
 

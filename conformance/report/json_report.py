@@ -13,7 +13,7 @@ Schema ``attnspec-report/2``::
         "memory_bound": null | "...",        # how it holds (RLIMIT_DATA, and the judge's watch)
         "disk_bytes": null | n,              # their scratch's tmpfs size (null: no disk bound)
         "tasks": null | n,                   # their live processes and threads (null: no bound)
-        "namespaces": ["network", "ipc", "mount"],  # their own where the sandbox is on
+        "namespaces": ["network", "ipc", "mount", "pid"],  # their own where the sandbox is on
         "impl_budget_seconds": null | x,     # what an implementation's calls may take in all
         "variables": [NAME or PATTERN],      # what a worker gets of the judge's environment
         "impl_paths": [DIR]},                # first on the workers' sys.path, and only there

@@ -69,7 +69,7 @@ class ForkServer:
     def __init__(self, env: dict[str, str]):
         judge_end, server_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.process = subprocess.Popen(
-            isolated_command("impls.fork_server", str(server_end.fileno())),
+            isolated_command("impls.fork_server", str(server_end.fileno()), str(os.getpid())),
             pass_fds=(server_end.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -133,7 +133,8 @@ class RunSettings:
         return (
             f"attnspec: workers: memory {memory}, {disk}, {tasks}, calls {budget} per "
             "implementation, their own "
-            f"{', '.join(NAMESPACE_NAMES)} namespaces (no network, a /dev/shm of their own), "
+            f"{', '.join(NAMESPACE_NAMES)} namespaces (no network, a /dev/shm and a /proc of "
+            "their own), "
             f"of the environment PATH, the loader's, CUDA's, thread and locale variables{passed}"
         )
 

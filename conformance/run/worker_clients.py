@@ -40,6 +40,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from conformance.run.fork_server_client import ForkedWorker, start_worker
+from conformance.run.judge_files import judge_directory
 from conformance.run.memory_watch import (
     WATCH_EVERY,
     BoundExceeded,
@@ -184,7 +185,7 @@ class OutputTail:
     """What a worker printed (its stdout and stderr share one file), read back in pieces."""
 
     def __init__(self) -> None:
-        handle_, name = tempfile.mkstemp(prefix="attnspec-worker-", suffix=".out")
+        handle_, name = tempfile.mkstemp(prefix="worker-", suffix=".out", dir=judge_directory())
         os.close(handle_)
         self.path = Path(name)
         self.offset = 0
@@ -237,7 +238,9 @@ class ProcessChannel:
         self.process: ForkedWorker | subprocess.Popen | None = None
         self.conn: Connection | None = None
         # The worker's own directory, its TMPDIR and caches: all it may write (impls.sandbox).
-        self.scratch = Path(tempfile.mkdtemp(prefix="attnspec-scratch-")) if sandbox else None
+        self.scratch = (
+            Path(tempfile.mkdtemp(prefix="scratch-", dir=judge_directory())) if sandbox else None
+        )
         self.left_running = 0  # descendants of its workers that outlived them, and were killed
         self.sandbox = "none (no worker started)"  # how its last worker was confined
         self.watch: MemoryWatch | None = None  # over a confined worker's whole memory

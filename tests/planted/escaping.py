@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-TRUTH_GLOB = "/tmp/attnspec-truth-*"
+TRUTH_GLOB = "/tmp/attnspec-judge-*/truth-*"
 PTRACE_ATTACH, PTRACE_DETACH = 16, 17
 
 
@@ -55,6 +55,15 @@ def _judges() -> list[int]:
         except (OSError, IndexError, ValueError):
             break
     return found
+
+
+def _seen_judges() -> list[int]:
+    """The judge's processes, or ProcessLookupError where none is to be seen (a worker in a PID
+    namespace of its own sees no process above its own)."""
+    judges = _judges()
+    if not judges:
+        raise ProcessLookupError("no process above this one names pytest")
+    return judges
 
 
 def forges_the_truth(q, k, v, *, causal=True, scale=None):
@@ -112,7 +121,7 @@ def reads_the_truth(q, k, v, *, causal=True, scale=None):
 def _signals_the_judge(sig: signal.Signals):
     def attention(q, k, v, *, causal=True, scale=None):
         def send() -> str:
-            judges = _judges()
+            judges = _seen_judges()
             for pid in judges:
                 os.kill(pid, sig)
             return f"{sig.name} to {judges}"
@@ -194,7 +203,12 @@ def writes_beside_the_mark(q, k, v, *, causal=True, scale=None):
 def traces_the_judge(q, k, v, *, causal=True, scale=None):
     """PTRACE_ATTACH to the judge, and opening its memory through /proc."""
     libc = ctypes.CDLL(None, use_errno=True)
-    for pid in _judges():
+    try:
+        judges = _seen_judges()
+    except ProcessLookupError as exc:
+        print(f"planted ptrace: refused: {exc}", flush=True)
+        judges = []
+    for pid in judges:
 
         def attach(pid=pid) -> str:
             if libc.ptrace(PTRACE_ATTACH, pid, 0, 0) != 0:
