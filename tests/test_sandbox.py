@@ -156,6 +156,18 @@ def test_a_bench_of_a_kernel_past_its_bounds_times_nothing_and_names_the_bound(n
     assert HOARDERS[name] in printed, printed[-4000:]
 
 
+def test_a_bench_of_a_kernel_looking_for_the_judge_finds_none():
+    """The bench's workers are confined as the run's are: the prying kernel, wrong once it sees
+    a process naming pytest or the bench, is right on its first (checked) call and timed."""
+    bench = run_module(
+        "conformance", "bench", "--impl", PRYING, "--baseline", "numpy",
+        "--shape", "1,2,2,64,64,32", "--rounds", "3", timeout=BOUND,
+    )  # fmt: skip
+    printed = bench.stdout + bench.stderr
+    assert "is wrong" not in printed, printed[-4000:]
+    assert PRYING in bench.stdout, printed  # its row in the table
+
+
 def _named_hoard(comm: Path) -> bool:
     try:
         return comm.read_bytes().strip() == b"attnspec-hoard"
