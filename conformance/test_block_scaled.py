@@ -56,11 +56,15 @@ def test_long_rows_of_small_weights_within_the_declared_rounding(subject, conven
 # (mx_attention: keys 0..31, so column 7 of every row of its query heads) or key 0's first
 # block (fp4_cache: columns 0..15). Item 0's heads 2 and 3 and item 1's read none.
 NAN_PLANTS = {"q": (0, 1, 5, 1), "k": (1, 0, 0, 0), "v": (0, 0, 0, 7)}
+# And, in MXFP8's elements (e2m1 has no NaN), beside them: q's row 20 of item 1, its last head
+# (that row), and v's key 40 of item 0, its last kv head, at column 11 (column 11 of the rows
+# that see key 40 in its query heads). The index's -1 is the last head or kv head.
+NAN_ELEMENTS = {"q": (1, -1, 20, 5), "v": (0, -1, 40, 11)}
 
 
 @pytest.mark.claim("BLOCK-NAN")
 @pytest.mark.parametrize(("convention", "fmt"), BLOCK_CASES)
-def test_nan_scales_reach_exactly_the_outputs_that_read_their_blocks(subject, convention, fmt):
+def test_nan_scales_and_elements_reach_exactly_the_outputs_that_read_them(subject, convention, fmt):
     if subject.client.capabilities.fp8_nan != "propagate":
         pytest.skip(f"{subject.name} declares fp8_nan={subject.client.capabilities.fp8_nan!r}")
     case = block_case(subject, convention, fmt, batch=2, heads=4, tq=64, head_dim=64)
@@ -74,5 +78,10 @@ def test_nan_scales_reach_exactly_the_outputs_that_read_their_blocks(subject, co
         scales = np.array(keywords[name])
         scales[index if scales.shape[-1] > index[-1] else (*index[:-1], 0)] = nan_byte
         keywords[name] = scales
-    call = call.with_(keywords=keywords)
+    elements = {}
+    if not call.format.packed:
+        for operand, index in NAN_ELEMENTS.items():
+            elements[operand] = np.array(getattr(call, operand))
+            elements[operand][index] = np.nan
+    call = call.with_(keywords=keywords, **elements)
     assert_block_matches(subject, case, call_block(subject, case, call), call)
