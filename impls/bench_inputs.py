@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from spec.block_scaled import BlockCall, convention_of, quantize_call
 from spec.dtypes import rounded_in_storage
 from spec.fp8 import Fp8Scales, fp8_format, numpy_dtype
 
@@ -88,3 +89,17 @@ def fresh_fp8_inputs(
     return (rounded_in_storage(q, query_dtype), stored(k, k_scale[None, :, None, None]),
             stored(v, v_scale[None, :, None, None]),
             Fp8Scales("kv_scale", dict(k_scale=k_scale, v_scale=v_scale)))  # fmt: skip
+
+
+BLOCK_QUERY_DTYPE = "bfloat16"  # an FP4 key/value cache's q: the 16 bits its kernels take
+
+
+def fresh_block_call(
+    seed: int, dims: tuple[int, int, int, int, int, int], fmt: str, query_dtype: str | None = None
+) -> BlockCall:
+    """A block-scaled call's inputs for ``dims``: drawn as :func:`fresh_inputs` draws float32
+    ones, then quantized by the format's recipe (spec.block_scaled.quantize_call) in its
+    convention: MXFP8 attention's, or an FP4 key/value cache's with q in ``query_dtype``
+    (BLOCK_QUERY_DTYPE where None)."""
+    q, k, v = fresh_inputs(seed, dims, "float32")
+    return quantize_call(q, k, v, convention_of(fmt), fmt, query_dtype or BLOCK_QUERY_DTYPE)

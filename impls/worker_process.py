@@ -28,7 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from impls.bench_inputs import fresh_fp8_inputs, fresh_inputs
+from impls.bench_inputs import (
+    BLOCK_QUERY_DTYPE,
+    fresh_block_call,
+    fresh_fp8_inputs,
+    fresh_inputs,
+)
 from impls.capabilities import operand_layouts
 from impls.contract import Implementation
 from impls.device_clock import AnswerStillWritten, DeviceClock
@@ -51,6 +56,7 @@ from impls.messages import (
     send,
 )
 from impls.sandbox import Confinement, WorkerBounds, become_subreaper, confine
+from spec.block_scaled import BLOCK_FORMATS, stored_dtypes
 from spec.formula import page_pool
 from spec.fp8 import FP8_FORMATS
 
@@ -350,8 +356,16 @@ def bench_call(
     and the way back. ``backward``: the call is vjp, forward and backward, on a dO drawn from
     the same seed; its gradients come back. ``dtype`` an FP8 format: the FP8 call of
     impls.bench_inputs.fresh_fp8_inputs (q in ``query_dtype`` where given), its scales among the
-    call's keywords."""
-    if dtype in FP8_FORMATS:
+    call's keywords; a block-scaled format (spec.block_scaled), the call of
+    impls.bench_inputs.fresh_block_call (an FP4 cache's q in ``query_dtype`` where given), its
+    scales among the keywords."""
+    if dtype in BLOCK_FORMATS:
+        block_call = fresh_block_call(seed, dims, dtype, query_dtype)
+        stored = (block_call.q, block_call.k, block_call.v)
+        dtypes = stored_dtypes(block_call.convention, dtype, query_dtype or BLOCK_QUERY_DTYPE)
+        arrays = tuple(InputArray(x, d) for x, d in zip(stored, dtypes, strict=True))
+        keywords = {**keywords, **block_call.keywords}
+    elif dtype in FP8_FORMATS:
         *drawn, scales = fresh_fp8_inputs(seed, dims, dtype, query_dtype)
         dtypes = (query_dtype or dtype, dtype, dtype)
         arrays = tuple(InputArray(x, d) for x, d in zip(drawn, dtypes, strict=True))

@@ -168,6 +168,19 @@ GLOBAL_SCALE_KEYWORDS = ("k_global_scale", "v_global_scale")
 BLOCK_KEYWORDS = BLOCK_SCALE_KEYWORDS + GLOBAL_SCALE_KEYWORDS
 
 
+def convention_of(fmt: str) -> str:
+    """The convention a format's calls are timed in: an FP4 format's, a key/value cache's; an
+    MXFP8 format's, MXFP8 attention's."""
+    return "fp4_cache" if block_format(fmt).packed else "mx_attention"
+
+
+def stored_dtypes(convention: str, fmt: str, query_dtype: str) -> tuple[str, str, str]:
+    """The dtypes q, k and v reach a kernel in: the element format's (q in ``query_dtype``
+    under fp4_cache), e2m1 pairs as uint8 bytes."""
+    element = "uint8" if block_format(fmt).packed else block_format(fmt).element
+    return (query_dtype if convention == "fp4_cache" else element, element, element)
+
+
 def output_dtype(convention: str, query_dtype: str, block_output: str) -> str:
     """The dtype a block-scaled call returns: the declared ``block_output`` under mx_attention,
     q's under fp4_cache."""
@@ -274,6 +287,20 @@ class BlockCall:
             q, k, v = (x.astype(np.float32) for x in self.dequantized(reading))
             arithmetic = dict(p_rounding=self.p_rounding, out_dtype=self.out_dtype) | changes
             return fp8_baseline(q, k, v, Fp8Scales("kv_scale", {}), **arithmetic, **self.options)
+
+    def one_head(self, batch: int, head: int, group: int) -> BlockCall:
+        """Query head ``head`` of item ``batch`` alone, with its key/value head (``group`` query
+        heads share one): operands and block scales sliced alike, the global scales kept."""
+        items, kv = slice(batch, batch + 1), slice(head // group, head // group + 1)
+        heads = {"q": slice(head, head + 1), "k": kv, "v": kv}
+        keywords = dict(self.keywords)
+        for operand, along in heads.items():
+            if f"{operand}_block_scales" in keywords:
+                keywords[f"{operand}_block_scales"] = np.asarray(
+                    keywords[f"{operand}_block_scales"]
+                )[items, along]
+        sliced = {name: getattr(self, name)[items, along] for name, along in heads.items()}
+        return replace(self, keywords=keywords, **sliced)
 
     def with_(self, **changes) -> BlockCall:
         return replace(self, **changes)

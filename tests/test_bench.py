@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conformance.bench.cli import EXIT_FAILS, EXIT_INCONCLUSIVE, EXIT_PASSES, exit_status
+from conformance.bench.cli import EXIT_FAILS, EXIT_INCONCLUSIVE, EXIT_PASSES, exit_status, refusal
 from conformance.bench.device_activity import DeviceActivity
 from conformance.bench.fairness import ALLOWED_CPU_SECONDS, FREEZE, MEASURE, OFF, Quiet, unfair
 from conformance.bench.gates import GATES_PATH
@@ -309,6 +309,61 @@ def test_an_fp8_call_is_timed_against_its_baseline_in_another_dtype_and_checked_
     misread = fp8_bench("tests.zoo.fp8:e4m3fn_read_as_fnuz")
     assert isinstance(misread, WrongAnswer), misread
     assert "||out|| / ||truth||" in str(misread)
+
+
+BLOCK_SHAPE = BenchShape("block", 2, 4, 2, 64, 64, 64, "a test's")
+
+
+def block_bench(selector: str, fmt: str, query_dtype: str | None = None):
+    """A bench of ``selector``'s block-scaled call in ``fmt`` at a grouped-heads shape (two
+    items), against numpy in float32: its result or the WrongAnswer it raised."""
+    subject, baseline = open_clients([selector, "numpy"])
+    try:
+        return bench_shape(
+            subject, baseline, BLOCK_SHAPE, fmt, UNBOUNDED, rounds=2, settle_seconds=0.01,
+            baseline_dtype="float32", query_dtype=query_dtype,
+        )  # fmt: skip
+    except WrongAnswer as exc:
+        return exc
+    finally:
+        subject.close()
+        baseline.close()
+
+
+@pytest.mark.parametrize(
+    ("fmt", "mutant"),
+    [("mxfp8_e4m3", "e8m0_decoded_with_bias_128"), ("nvfp4", "nvfp4_output_halved")],
+)
+def test_a_block_scaled_call_is_timed_in_its_convention_and_checked_on_its_blocks(fmt, mutant):
+    """--dtype mxfp8_e4m3 times MXFP8 attention, --dtype nvfp4 an NVFP4 key/value cache (q in
+    bfloat16, or --kv-cache-query's dtype), each drawn afresh and quantized by its recipe in the
+    worker, each answer held to the formula on its dequantized inputs; the zoo's kernels that
+    decode e8m0 with a bias of 128 or halve NVFP4's output are not timed."""
+    timed = block_bench("numpy_flash", fmt)
+    assert not isinstance(timed, WrongAnswer), timed
+    assert [side.dtype for side in timed.sides] == [fmt, "float32"]
+    assert timed.subject.checked >= 2
+    assert timed.subject.bytes_moved == call_bytes(timed.shape, fmt)
+    # the zoo's kernels take q in float32 under fp4_cache
+    query_dtype = "float32" if fmt == "nvfp4" else None
+    wrong = block_bench(f"tests.zoo.block_scaled:{mutant}", fmt, query_dtype)
+    assert isinstance(wrong, WrongAnswer), wrong
+    assert "is wrong in its first call" in str(wrong)
+    assert f"{fmt} (" in str(wrong)  # the call's format and convention
+
+
+def test_a_block_scaled_bench_refuses_what_cannot_be_timed_naming_why():
+    [numpy_flash, plain] = open_clients(["numpy_flash", "tests.planted.clock:correct"])
+    try:
+        assert "does not declare block_scaled" in refusal(plain, BLOCK_SHAPE, "mxfp8_e4m3")
+        odd = BenchShape("odd", 1, 2, 2, 64, 64, 48, "a test's")  # D = 48: no blocks of 32
+        assert "not a multiple of the block (32)" in refusal(numpy_flash, odd, "mxfp8_e4m3")
+        assert "timed forward only" in refusal(numpy_flash, BLOCK_SHAPE, "nvfp4", backward=True)
+        assert "is a cache's" in refusal(numpy_flash, BLOCK_SHAPE, "mxfp8_e4m3",
+                                         query_dtype="bfloat16")  # fmt: skip
+    finally:
+        numpy_flash.close()
+        plain.close()
 
 
 def test_a_time_below_the_roofline_is_not_credible_whatever_the_clocks_say():

@@ -49,7 +49,9 @@ from conformance.run.worker_clients import (
     bounds_given,
     open_clients,
 )
+from impls.bench_inputs import BLOCK_QUERY_DTYPE
 from impls.registry import RegistryError
+from spec.block_scaled import BLOCK_FORMATS, BlockShapeError, convention_of, scale_shape
 from spec.dtypes import DTYPES
 from spec.features import FEATURES
 from spec.fp8 import FP8_FORMATS
@@ -111,19 +113,23 @@ def add_bench_parser(commands) -> None:
     )
     bench.add_argument(
         "--dtype",
-        choices=(*DTYPES, *FP8_FORMATS),
+        choices=(*DTYPES, *FP8_FORMATS, *BLOCK_FORMATS),
         metavar="DTYPE",
         help="float64, float32, float16 or bfloat16 (default: float32 on the CPU, "
         "bfloat16 on a GPU); or an FP8 format (float8_e4m3fn, float8_e5m2, ...): q, k and v "
-        "in it with per (batch, kv head) descales, FlashAttention 3's call, timed against the "
-        "baseline's same call in bfloat16",
+        "in it with per (batch, kv head) descales, FlashAttention 3's call; or a block-scaled "
+        "format: mxfp8_e4m3 or mxfp8_e5m2 (MXFP8 attention: q, k and v in blocks of 32 with "
+        "e8m0 scales), nvfp4 or mxfp4 (an FP4 key/value cache: q in bfloat16, k and v packed "
+        "e2m1 with their block scales); each timed against the baseline's same call in "
+        "bfloat16",
     )
     bench.add_argument(
         "--kv-cache-query",
         choices=FP8_QUERY_DTYPES,
         metavar="DTYPE",
         help="with an FP8 --dtype, the key/value cache's call instead: q in DTYPE (float16, "
-        "bfloat16 or float32), k and v in the FP8 dtype with a scale per kv head",
+        "bfloat16 or float32), k and v in the FP8 dtype with a scale per kv head; with nvfp4 or "
+        "mxfp4, q's dtype in the FP4 cache's call (default bfloat16)",
     )
     bench.add_argument(
         "--max-ratio",
@@ -214,8 +220,8 @@ class Plan:
 # What a gate file fixes for each of its gates, and so may not be asked for beside it.
 SET_BY_A_GATE = ("baseline", "shape", "sweep", "dtype", "kv_cache_query", "max_ratio")
 FP8_QUERY_DTYPES = ("float16", "bfloat16", "float32")
-# What an FP8 call is timed against: the baseline's same call in bfloat16, the dtype an FP8
-# kernel replaces
+# What an FP8 or block-scaled call is timed against: the baseline's same call in bfloat16, the
+# dtype such a kernel replaces
 FP8_BASELINE_DTYPE = "bfloat16"
 
 
@@ -245,10 +251,11 @@ def plans_of(options: argparse.Namespace, gates: list[Gate]) -> list[Plan]:
             )
             for gate in chosen
         ]  # fmt: skip
-    if getattr(options, "kv_cache_query", None) and options.dtype not in FP8_FORMATS:
+    caches = [*FP8_FORMATS, *(f for f in BLOCK_FORMATS if convention_of(f) == "fp4_cache")]
+    if getattr(options, "kv_cache_query", None) and options.dtype not in caches:
         raise BenchUsageError(
-            f"--kv-cache-query {options.kv_cache_query} times the key/value cache's FP8 call: "
-            f"give an FP8 --dtype too ({', '.join(FP8_FORMATS)}), not {options.dtype}"
+            f"--kv-cache-query {options.kv_cache_query} times a key/value cache's call: give an "
+            f"FP8 or FP4 --dtype too ({', '.join(caches)}), not {options.dtype}"
         )
     shapes = options.shape or [NAMED_SHAPES["andrea"]]
     if options.sweep:
@@ -271,8 +278,9 @@ def refusal(
         return f"{client.name} declares no backward (Capabilities.autograd)"
     if backward and "page_size" in shape.keywords:
         return f"{shape.name} reads a page pool, which no backward is asked to differentiate"
-    if dtype in FP8_FORMATS:
-        why = fp8_refusal(client, shape, dtype, backward, query_dtype)
+    if dtype in FP8_FORMATS or dtype in BLOCK_FORMATS:
+        refused = fp8_refusal if dtype in FP8_FORMATS else block_refusal
+        why = refused(client, shape, dtype, backward, query_dtype)
         if why:
             return why
     elif dtype not in caps.dtypes:
@@ -284,8 +292,8 @@ def refusal(
     if shape.value_dim is not None and shape.value_dim != shape.head_dim:
         if not caps.distinct_value_dim:
             return f"{client.name} does not declare Dv != D, which {shape.name} needs"
-        if dtype in FP8_FORMATS:
-            return f"{shape.name}'s v is k's first columns, which no FP8 call takes here"
+        if dtype in FP8_FORMATS or dtype in BLOCK_FORMATS:
+            return f"{shape.name}'s v is k's first columns, which no {dtype} call takes here"
     needed = (["gqa"] if shape.kv_heads != shape.heads else []) + [
         feature.name
         for keyword in shape.keywords
@@ -319,6 +327,37 @@ def fp8_refusal(
         return f"{client.name} does not declare a scale per kv head (Capabilities.fp8_kv_scales)"
     if query_dtype is not None and query_dtype not in caps.fp8_queries:
         return f"{client.name} does not declare q in {query_dtype}"
+    return None
+
+
+def block_refusal(
+    client: ImplementationClient, shape: BenchShape, fmt: str, backward: bool,
+    query_dtype: str | None,
+) -> str | None:  # fmt: skip
+    """Why ``client``'s block-scaled call in ``fmt`` (spec.block_scaled, in the format's
+    convention) cannot be timed at ``shape``, or None."""
+    caps = client.capabilities
+    convention = convention_of(fmt)
+    if query_dtype is not None and convention != "fp4_cache":
+        return f"--kv-cache-query is a cache's: {fmt}'s q is in {fmt} too ({convention})"
+    if not caps.block_scaled:
+        return f"{client.name} does not declare block_scaled (block-scaled operands)"
+    if backward:
+        return "a block-scaled call is timed forward only: no claim judges its backward"
+    if shape.keywords:
+        return f"{shape.name} needs {', '.join(shape.keywords)}, which no {fmt} call takes here"
+    if fmt not in caps.block_formats:
+        return f"{client.name} does not declare {fmt} (it declares {', '.join(caps.block_formats)})"
+    if convention not in caps.block_conventions:
+        return f"{client.name} does not declare the {convention} convention, which {fmt} is in"
+    query_dtype = query_dtype or BLOCK_QUERY_DTYPE
+    if convention == "fp4_cache" and query_dtype not in caps.fp8_queries:
+        return f"{client.name} does not declare q in {query_dtype} (--kv-cache-query DTYPE)"
+    try:
+        for operand, dims in (("q", shape.dims[3]), ("v", shape.dims[4])):
+            scale_shape(convention, operand, (1, 1, dims, shape.head_dim), BLOCK_FORMATS[fmt].block)
+    except BlockShapeError as exc:
+        return f"{shape.name}: {exc}"
     return None
 
 
@@ -426,7 +465,8 @@ def run_bench(options: argparse.Namespace) -> BenchRun:
             baseline = client(baseline_name) if baseline_name else None
             dtype = plan.dtype or DEFAULT_DTYPES[device]
             query_dtype = getattr(options, "kv_cache_query", None)
-            baseline_dtype = FP8_BASELINE_DTYPE if dtype in FP8_FORMATS else dtype
+            low_precision = dtype in FP8_FORMATS or dtype in BLOCK_FORMATS
+            baseline_dtype = FP8_BASELINE_DTYPE if low_precision else dtype
             for timed_dtype in {dtype, baseline_dtype}:
                 if (device, timed_dtype) not in machines:
                     machines[device, timed_dtype] = machine_for(device, timed_dtype)

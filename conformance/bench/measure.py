@@ -38,10 +38,17 @@ from conformance.bench.machine_load import MachineLoad, WatchedCall
 from conformance.bench.roofline import Machine, call_bytes, call_flops
 from conformance.bench.shapes import BenchShape
 from conformance.bench.timing import SETTLE_SECONDS
-from conformance.judge.fp8 import Fp8Inputs, compare_fp8
+from conformance.judge.fp8 import Fp8Inputs, compare_dequantized, compare_fp8, fp8_budget
 from conformance.judge.tolerance import compare_gradients, compare_to_oracle
 from conformance.run.worker_clients import ImplementationClient
-from impls.bench_inputs import fresh_fp8_inputs, fresh_inputs
+from impls.bench_inputs import (
+    BLOCK_QUERY_DTYPE,
+    fresh_block_call,
+    fresh_fp8_inputs,
+    fresh_inputs,
+)
+from spec import block_scaled
+from spec.block_scaled import BLOCK_FORMATS, stored_dtypes
 from spec.fp8 import FP8_FORMATS, output_dtype
 
 ECHO_PROBES = 3  # requests that call nothing, for the line's own cost, before the first call
@@ -181,6 +188,9 @@ class TimedSide:
         if self.dtype in FP8_FORMATS:
             self.check_fp8(seed, out, heads, which)
             return
+        if self.dtype in BLOCK_FORMATS:
+            self.check_block(seed, out, heads, which)
+            return
         q, k, v = fresh_inputs(seed, self.shape.dims, self.dtype, **self.drawn)
         group = self.shape.heads // self.shape.kv_heads
         pairs = self.shape.batch * self.shape.heads
@@ -226,8 +236,40 @@ class TimedSide:
                 )
         self.checked += 1
 
+    def check_block(self, seed: int, out: np.ndarray, heads: int, which: str) -> None:
+        """The block-scaled call's answer against the float64 formula on its dequantized
+        inputs, within the budget of the arithmetic the implementation declares
+        (conformance.judge.block_scaled's rule), on ``heads`` (item, head) pairs drawn now."""
+        call = fresh_block_call(seed, self.shape.dims, self.dtype, self.query_dtype)
+        caps = self.client.capabilities
+        cache_query = self.query_dtype or BLOCK_QUERY_DTYPE
+        query_dtype = stored_dtypes(call.convention, self.dtype, cache_query)[0]
+        out_dtype = block_scaled.output_dtype(call.convention, query_dtype, caps.block_output)
+        call = call.with_(p_rounding=caps.block_p, out_dtype=out_dtype,
+                          options=dict(causal=self.causal))  # fmt: skip
+        budget = fp8_budget(out_dtype, caps.block_p)
+        group = self.shape.heads // self.shape.kv_heads
+        pairs = self.shape.batch * self.shape.heads
+        for index in self.choices.choice(pairs, size=min(heads, pairs), replace=False):
+            b, h = divmod(int(index), self.shape.heads)
+            one = call.one_head(b, h, group)
+            comparison = compare_dequantized(out[b : b + 1, h : h + 1], one.dequantized(),
+                                             one.baseline(), options=one.options,
+                                             budget=budget)  # fmt: skip
+            self.worst_fraction = max(self.worst_fraction, comparison.elements.budget_fraction)
+            if not comparison.ok:
+                raise WrongAnswer(
+                    f"{self.client.name} is wrong in {which} (item {b}, head {h}), so it is not "
+                    f"timed: {comparison.describe()} [{self.describe()}]"
+                )
+        self.checked += 1
+
     def describe(self) -> str:
         """The timed call in words: its shape and dtypes."""
+        if self.dtype in BLOCK_FORMATS:
+            convention = block_scaled.convention_of(self.dtype)
+            query = f", q {self.query_dtype or BLOCK_QUERY_DTYPE}" * (convention == "fp4_cache")
+            return f"{self.shape.describe()} {self.dtype} ({convention}{query})"
         if self.query_dtype is not None:
             return (f"{self.shape.describe()}, q {self.query_dtype}, k and v {self.dtype} with "
                     "per-kv-head scales")  # fmt: skip

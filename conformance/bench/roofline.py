@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from conformance.bench.timing import attention_flops
+from spec.block_scaled import BLOCK_FORMATS
 from spec.dtypes import ITEM_SIZE
 from spec.fp8 import FP8_FORMATS
 
@@ -86,9 +87,13 @@ def call_bytes(shape, dtype: str, backward: bool = False) -> float:
     return float(shape.batch * shape.head_dim * rows * item_size(dtype))
 
 
-def item_size(dtype: str) -> int:
+def item_size(dtype: str) -> float:
     """Bytes per element; an FP8 call's counted at 1 for every array, the least it moves (q
-    and the output may be wider)."""
+    and the output may be wider); a block-scaled call's at its element's bytes and its share of
+    a scale's byte (MXFP8 1 + 1/32, NVFP4 1/2 + 1/16), for every array alike."""
+    if dtype in BLOCK_FORMATS:
+        fmt = BLOCK_FORMATS[dtype]
+        return (0.5 if fmt.packed else 1.0) + 1.0 / fmt.block
     return 1 if dtype in FP8_FORMATS else ITEM_SIZE[dtype]
 
 
@@ -115,6 +120,8 @@ def _gemm_rates(dtype: str) -> dict[str, float]:
     rate on a CPU without bfloat16 instructions), and the roofline is the least time of any."""
     n = GEMM_SIZE
     rates = {}
+    if dtype in BLOCK_FORMATS:  # no CPU library multiplies them: kernels widen to float32
+        return {f"{name} float32": rate for name, rate in _gemm_rates("float32").items()}
     if dtype in ("float32", "float64"):
         a = np.random.default_rng(0).standard_normal((n, n)).astype(dtype)
         rates["numpy"] = 2.0 * n**3 / _best_seconds(lambda: a @ a)
@@ -163,7 +170,14 @@ HOPPER = {
     "float8_e4m3fn": 1979e12, "float8_e5m2": 1979e12,  # FP8 tensor cores: twice bfloat16's
     "bfloat16": 989e12, "float16": 989e12, "float32": 67e12, "float64": 34e12,
 }  # fmt: skip
+# Blackwell's block-scaled tensor cores: NVFP4 and MXFP4 at twice MXFP8's and FP8's rate, four
+# times bfloat16's (HGX B200's data sheet, its sparse figures halved).
+BLACKWELL = {
+    "nvfp4": 9e15, "mxfp4": 9e15, "mxfp8_e4m3": 4.5e15, "mxfp8_e5m2": 4.5e15,
+    "float8_e4m3fn": 4.5e15, "float8_e5m2": 4.5e15, "bfloat16": 2.25e15, "float16": 2.25e15,
+}  # fmt: skip
 RATED_GPUS = {
+    "B200": (BLACKWELL, 8e12),
     "H200": (HOPPER, 4.8e12),
     "H100": (HOPPER, 3.35e12),
     "A100": ({"bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12, "float64": 9.7e12}, 2e12),

@@ -25,6 +25,7 @@ from spec.block_scaled import (
     output_dtype,
     quantize_call,
     scale_axis,
+    stored_dtypes,
 )
 from spec.fp8 import ml_dtypes_missing
 
@@ -119,11 +120,9 @@ def call_block(subject: Subject, case: Case, call: BlockCall) -> np.ndarray:
     """The implementation's output for a block-scaled call, float64 (B, H, Tq, Dv), after checking
     that it came back in the dtype its convention says."""
     client = subject.client
-    element = block_format(call.fmt).element
-    dtypes = {"q": case.dtype, "k": element, "v": element}
-    if call.format.packed:
-        dtypes |= {"k": "uint8", "v": "uint8"}
-    natives = [client.from_numpy(getattr(call, name), dtypes[name]) for name in "qkv"]
+    dtypes = stored_dtypes(call.convention, call.fmt, case.dtype)
+    stored = (call.q, call.k, call.v)
+    natives = [client.from_numpy(x, dtype) for x, dtype in zip(stored, dtypes, strict=True)]
     answer = client.attention(*natives, causal=case.causal, scale=case.scale, **call.keywords)
     return checked_output(subject, case, answer, call.out_dtype)
 
