@@ -166,7 +166,7 @@ def test_a_candidate_crowding_its_baseline_is_frozen_while_the_baseline_is_timed
 
 
 def loaded_bench(machine_watch: bool):
-    """The formula timed against numpy at MEDIUM, 20 rounds (about a second of timed calls a
+    """The formula timed against numpy at MEDIUM, 12 rounds (over half a second of timed calls a
     side), beside a process spinning on every core of the machine, outside both workers; the
     judge's clock off, so that only the load's watch can refuse."""
     spinners = [
@@ -176,7 +176,7 @@ def loaded_bench(machine_watch: bool):
     subject, baseline = open_clients(["tests.planted.clock:correct", "numpy"])
     try:
         return bench_shape(
-            subject, baseline, MEDIUM, "float32", UNBOUNDED, rounds=20, settle_seconds=0.01,
+            subject, baseline, MEDIUM, "float32", UNBOUNDED, rounds=12, settle_seconds=0.01,
             side_options={"judge_clock": False, "machine_watch": machine_watch},
         )  # fmt: skip
     finally:
