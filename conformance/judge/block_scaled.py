@@ -14,9 +14,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.judge.assertions import fail, with_diagnosis
 from conformance.judge.diagnosis import diagnose_block
-from conformance.judge.fp8 import checked_output, compare_dequantized, fp8_budget
+from conformance.judge.fp8 import (
+    checked_output,
+    compare_dequantized,
+    fp8_budget,
+    held_to_budget,
+)
 from conformance.judge.harness import Case, Subject
 from spec.block_scaled import (
     BLOCK_FORMATS,
@@ -134,9 +138,5 @@ def assert_block_matches(subject: Subject, case: Case, out: np.ndarray, call: Bl
     budget = fp8_budget(call.out_dtype, call.p_rounding)
     comparison = compare_dequantized(out, call.dequantized(), call.baseline(),
                                      options=call.options, budget=budget)  # fmt: skip
-    subject.notes.note_budget_fraction(comparison.elements.budget_fraction, call.out_dtype)
-    if not comparison.ok:
-        finding = diagnose_block(out, call, truth=comparison.truth, case=case,
-                                 comparison=comparison.elements)  # fmt: skip
-        message = f"out ({call.fmt}, P in {call.p_rounding}): {comparison.describe()}"
-        fail(subject, case, with_diagnosis(subject, message, finding))
+    label = f"{call.fmt}, P in {call.p_rounding}"
+    held_to_budget(subject, case, out, call, comparison, diagnose_block, label)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -135,7 +136,8 @@ def diagnose_lse(lse, call: LseCall, *, case, comparison: Comparison) -> dict:
     mistakes of the log-sum-exp whose variant it matches within the budget it failed against.
     The output's mistakes are not judged on it: neither matched nor refuted."""
     mistakes = [m for m in STATE_MISTAKES.values() if m.of == "lse"]
-    matched, refuted = matched_and_refuted(lse, call.truth, comparison.allowed, mistakes, call)
+    judged = [Judged(lse, call.truth, comparison.allowed)]
+    matched, refuted = match_or_refute(mistakes, call, judged, lambda variant: [variant])
     # (B, H, Tq) as a one-column output, for the localisation
     return finding_of(
         lse[..., None], call.truth[..., None], case, comparison, matched=matched, refuted=refuted
@@ -145,8 +147,10 @@ def diagnose_lse(lse, call: LseCall, *, case, comparison: Comparison) -> dict:
 def diagnose_fp8(out, call: Fp8Call, *, truth, case, comparison: Comparison) -> dict:
     """The finding of a failing FP8 output: the FP8 mistakes (spec.fp8_mistakes), each in the
     arithmetic the implementation declares, whose variant it matches within its budget."""
-    mistakes = FP8_MISTAKES.values()
-    matched, refuted = matched_and_refuted(out, truth, comparison.allowed, mistakes, call)
+    judged = [Judged(out, truth, comparison.allowed)]
+    matched, refuted = match_or_refute(
+        FP8_MISTAKES.values(), call, judged, lambda variant: [variant]
+    )
     return finding_of(out, truth, case, comparison, matched=matched, refuted=refuted)
 
 
@@ -154,29 +158,59 @@ def diagnose_block(out, call: BlockCall, *, truth, case, comparison: Comparison)
     """The finding of a failing block-scaled output: the block-scaled mistakes
     (spec.block_scaled_mistakes), each in the arithmetic the implementation declares, whose
     variant it matches within its budget."""
-    mistakes = BLOCK_MISTAKES.values()
-    matched, refuted = matched_and_refuted(out, truth, comparison.allowed, mistakes, call)
+    judged = [Judged(out, truth, comparison.allowed)]
+    matched, refuted = match_or_refute(
+        BLOCK_MISTAKES.values(), call, judged, lambda variant: [variant]
+    )
     return finding_of(out, truth, case, comparison, matched=matched, refuted=refuted)
 
 
-def matched_and_refuted(answer, truth, allowed: float, mistakes, call) -> tuple[dict, list]:
-    """({mistake: fraction of its budget} for the ``mistakes`` whose variant of ``call``
-    ``answer`` matches within ``allowed``, [the others]). The budget scales to the variant's
-    size, as an output's does (variant_budget): a variant several times the truth rounds at its
-    own size; a variant that gives the truth here, which the answer is not, is refuted."""
+@dataclass(frozen=True)
+class Judged:
+    """One array of a failing answer a mistake's variant predicts: the answer's, the truth's, and
+    the budget it failed against. ``at_variant_size``: the budget scales to the variant's size
+    when the answer is held to it, as an output's does (variant_budget): a variant several times
+    the truth (a P not normalised, a scale dropped) rounds at its own size."""
+
+    answer: np.ndarray
+    truth: np.ndarray
+    allowed: float
+    at_variant_size: bool = True
+
+    def distances(self, variant: np.ndarray) -> tuple[float, float, float]:
+        """(the answer's distance from ``variant``, the variant's from the truth, the budget the
+        answer is held to there)."""
+        size = max(1.0, largest_finite(variant) / max(largest_finite(self.truth), 1e-300))
+        allowed = self.allowed * (size if self.at_variant_size else 1.0)
+        return (
+            largest(mismatch(self.answer, variant)),
+            largest(mismatch(variant, self.truth)),
+            allowed,
+        )
+
+
+def match_or_refute(mistakes, call, judged: list[Judged], predicted) -> tuple[dict, list]:
+    """({mistake: fraction of its budget} for the ``mistakes`` whose variant of ``call`` every
+    ``judged`` array matches, [the others]). ``predicted(variant)`` is the variant's arrays in
+    ``judged``'s order. A mistake is refuted where it cannot show on the call, where its variant
+    gives the truth (every array within the failed budget of it, at the truth's size), which the
+    answer is not, and where any array is off its variant by more than its budget."""
     matched, refuted = {}, []
     for mistake in mistakes:
         if not mistake.shows(call):
             refuted.append(mistake.name)
             continue
         with np.errstate(all="ignore"):
-            variant = mistake.variant(call)
-        error = largest(mismatch(answer, variant))
-        size = max(1.0, largest_finite(variant) / max(largest_finite(truth), 1e-300))
-        if largest(mismatch(variant, truth)) <= allowed:
-            refuted.append(mistake.name)
-        elif error <= allowed * size:
-            matched[mistake.name] = error / (allowed * size) if allowed else 0.0
+            variants = predicted(mistake.variant(call))
+        distances = [
+            part.distances(variant) for part, variant in zip(judged, variants, strict=True)
+        ]
+        if all(off <= part.allowed for part, (_, off, _) in zip(judged, distances, strict=True)):
+            refuted.append(mistake.name)  # it gives the truth here
+        elif all(error <= allowed for error, _, allowed in distances):
+            matched[mistake.name] = max(
+                error / allowed if allowed else 0.0 for error, _, allowed in distances
+            )
         else:
             refuted.append(mistake.name)
     return matched, refuted
@@ -187,65 +221,32 @@ def diagnose_merge(
 ) -> dict:
     """The finding of a shipped merge's failing (out, lse) against ``truth``, its (out, lse),
     with the lse in the natural base as both comparisons (out's, lse's) were made: the merge
-    mistakes whose variant both match within their budgets."""
+    mistakes whose variant both match within their budgets (not scaled: a merge's variant is a
+    weighting of the same partial outputs)."""
     to_natural = math.log(2) if call.base == "2" else 1.0
-    matched, refuted = {}, []
-    for mistake in (m for m in STATE_MISTAKES.values() if m.of == "merge"):
-        if not mistake.shows(call):
-            refuted.append(mistake.name)
-            continue
-        variant_out, variant_lse = mistake.variant(call)
-        # (the answer's distance from the variant, the variant's from the truth, the budget)
-        distances = [
-            (largest(mismatch(got, variant)), largest(mismatch(variant, right)), c.allowed)
-            for got, variant, right, c in zip(
-                (out, lse), (variant_out, variant_lse * to_natural), truth, comparisons,
-                strict=True,
-            )
-        ]  # fmt: skip
-        if all(off_truth <= allowed for _, off_truth, allowed in distances):
-            refuted.append(mistake.name)  # it gives the truth here
-        elif all(error <= allowed for error, _, allowed in distances):
-            matched[mistake.name] = max(
-                error / allowed if allowed else 0.0 for error, _, allowed in distances
-            )
-        else:
-            refuted.append(mistake.name)
+    judged = [
+        Judged(got, right, c.allowed, at_variant_size=False)
+        for got, right, c in zip((out, lse), truth, comparisons, strict=True)
+    ]
+    mistakes = [m for m in STATE_MISTAKES.values() if m.of == "merge"]
+    matched, refuted = match_or_refute(
+        mistakes, call, judged, lambda variant: [variant[0], variant[1] * to_natural]
+    )
     failing = comparisons[0] if not comparisons[0].ok else comparisons[1]
     return finding_of(out, truth[0], case, failing, matched=matched, refuted=refuted)
 
 
 def diagnose_gradients(grads: dict, call: GradientCall, *, case, comparisons: dict) -> dict:
     """The finding of a failing backward: the backward's mistakes (spec.gradient_mistakes) whose
-    variant every gradient matches within its budget ({"dq": Comparison, ...}). The first
-    failing gradient is located; a sink's (H,) as one element per head."""
-    matched, refuted = {}, []
-    for mistake in GRADIENT_MISTAKES.values():
-        if not mistake.shows(call):
-            refuted.append(mistake.name)
-            continue
-        with np.errstate(all="ignore"):
-            variant = mistake.variant(call)
-        # (the answer's distance from the variant, the variant's from the truth, the budget):
-        # the budget scaled to the variant's size, as an lse's (diagnose_lse): a P recomputed
-        # with the wrong mask is not normalised, its gradients many times the truth's
-        distances = [
-            (
-                largest(mismatch(grads[name], variant[name])),
-                largest(mismatch(variant[name], truth)),
-                comparisons[f"d{name}"].allowed
-                * max(1.0, largest_finite(variant[name]) / max(largest_finite(truth), 1e-300)),
-            )
-            for name, truth in call.truth.items()
-        ]
-        if all(off_truth <= allowed for _, off_truth, allowed in distances):
-            refuted.append(mistake.name)  # it gives the truth here, which the answer is not
-        elif all(error <= allowed for error, _, allowed in distances):
-            matched[mistake.name] = max(
-                error / allowed if allowed else 0.0 for error, _, allowed in distances
-            )
-        else:
-            refuted.append(mistake.name)
+    variant every gradient matches within its budget ({"dq": Comparison, ...}), scaled to the
+    variant's size (a P recomputed with the wrong mask is not normalised, its gradients many
+    times the truth's). The first failing gradient is located; a sink's (H,) as one element
+    per head."""
+    names = list(call.truth)
+    judged = [Judged(grads[n], call.truth[n], comparisons[f"d{n}"].allowed) for n in names]
+    matched, refuted = match_or_refute(
+        GRADIENT_MISTAKES.values(), call, judged, lambda variant: [variant[n] for n in names]
+    )
     name = next(n for n in call.truth if not comparisons[f"d{n}"].ok)
     got, truth = grads[name], call.truth[name]
     if got.ndim == 1:  # dsinks (H,), located as (1, H, 1, 1)

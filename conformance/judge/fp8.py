@@ -222,9 +222,17 @@ def assert_fp8_matches(subject: Subject, case: Case, out: np.ndarray, inputs: Fp
     comparison = compare_fp8(
         out, inputs, **options, p_rounding=call.p_rounding, out_dtype=call.out_dtype
     )
+    held_to_budget(subject, case, out, call, comparison, diagnose_fp8, f"P in {caps.fp8_p}")
+
+
+def held_to_budget(subject: Subject, case: Case, out, call, comparison: Fp8Comparison, diagnose,
+                   label: str) -> None:  # fmt: skip
+    """Notes ``comparison``'s fraction of the budget; where it failed, fails the test with the
+    mistake ``diagnose`` (an FP8 or block-scaled family's) names: "out (``label``): ..."."""
+    __tracebackhide__ = True
     subject.notes.note_budget_fraction(comparison.elements.budget_fraction, call.out_dtype)
     if not comparison.ok:
-        finding = diagnose_fp8(out, call, truth=comparison.truth, case=case,
-                               comparison=comparison.elements)  # fmt: skip
-        message = f"out (P in {caps.fp8_p}): {comparison.describe()}"
+        finding = diagnose(out, call, truth=comparison.truth, case=case,
+                           comparison=comparison.elements)  # fmt: skip
+        message = f"out ({label}): {comparison.describe()}"
         fail(subject, case, with_diagnosis(subject, message, finding))
