@@ -454,10 +454,12 @@ def test_a_sweep_times_each_length_and_plots_throughput_against_it(tmp_path):
     run = attnspec("bench", "--impl", "numpy", "--baseline", "none", "--shape", "1,2,2,64,64,16",
                    "--sweep", "T=32,64", "--rounds", "3", "--plot", str(png),
                    "--report-html", str(page))  # fmt: skip
-    # Sub-millisecond calls: on a loaded machine the judge's clock may call one not credible,
-    # which the table says and the status counts; the sweep and its plot are this test's
+    # Sub-millisecond calls: on a loaded machine the judge's clock may call one not credible, or
+    # the load's watch refuse it, which the table says and the status counts; the sweep and its
+    # plot are this test's
     problems = [line for line in run.stdout.splitlines() if line.startswith("attnspec bench: 1,")]
-    assert all("timing not credible" in line for line in problems), run.stdout + run.stderr
+    refusals = ("timing not credible", "timing not fair: other processes of the machine")
+    assert all(any(why in line for why in refusals) for line in problems), run.stdout + run.stderr
     assert run.returncode == (EXIT_FAILS if problems else EXIT_PASSES), run.stdout + run.stderr
     assert "torch_sdpa" not in run.stdout  # --baseline none: no baseline opened
     assert [line.split()[0] for line in run.stdout.splitlines() if "@T=" in line] == [
@@ -487,7 +489,8 @@ def test_bad_options_get_a_clear_error():
     assert "give --impl SELECTOR (what to time), or --gates FILE" in run.stderr
     run = attnspec("bench", "--impl", "numpy", "--kv-cache-query", "bfloat16")
     assert run.returncode == 2
-    assert "give an FP8 --dtype too" in run.stderr
+    assert "give an FP8 or FP4 --dtype too" in run.stderr
+    assert "not the default" in run.stderr
     run = attnspec("bench", "--gates", str(GATES_PATH), "--shape", "andrea", "--max-ratio", "2")
     assert run.returncode == 2
     assert "--shape and --max-ratio beside --gates" in run.stderr

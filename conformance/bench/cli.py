@@ -255,7 +255,7 @@ def plans_of(options: argparse.Namespace, gates: list[Gate]) -> list[Plan]:
     if getattr(options, "kv_cache_query", None) and options.dtype not in caches:
         raise BenchUsageError(
             f"--kv-cache-query {options.kv_cache_query} times a key/value cache's call: give an "
-            f"FP8 or FP4 --dtype too ({', '.join(caches)}), not {options.dtype}"
+            f"FP8 or FP4 --dtype too ({', '.join(caches)}), not {options.dtype or 'the default'}"
         )
     shapes = options.shape or [NAMED_SHAPES["andrea"]]
     if options.sweep:
