@@ -19,7 +19,7 @@ from conformance.judge.tables import SINKS, SLOPES
 from conformance.judge.tolerance import compare_lse, compare_merged
 from spec.dtypes import round_to
 from spec.formula import accumulation_dtype, merge_states, naive_log_sum_exp
-from spec.state_mistakes import LseCall, MergeCall
+from spec.mistakes.state import LseCall, MergeCall
 
 SHAPES = {
     "prefill": Case(batch=2, heads=4, tq=70, head_dim=16),

@@ -11,7 +11,7 @@ conventions kernels take them in, the recipes their callers quantize with, and h
 The truth is the float64 formula on the dequantized inputs (element times its block's scale,
 times the global scale), so a scale read along the wrong axis, from the neighbouring block or
 with its bias off by one is an O(1) error. How the bytes are read is one :class:`Reading`: the
-truth reads them as the formats define, and each mistake of spec.block_scaled_mistakes reads them
+truth reads them as the formats define, and each mistake of spec.mistakes.block_scaled reads them
 with one thing changed.
 
 Scales travel as their bytes (uint8), as caches store them, so that every array library carries
@@ -213,7 +213,7 @@ def scale_shape(convention: str, operand: str, shape, block: int) -> tuple[int, 
 @dataclass(frozen=True)
 class Reading:
     """How a kernel reads a block-scaled call's bytes. The default is the formats' own; each
-    mistake (spec.block_scaled_mistakes) changes one field."""
+    mistake (spec.mistakes.block_scaled) changes one field."""
 
     v_axis: int | None = None  # the axis v's scales are applied along; None: the convention's
     e8m0_bias: int = E8M0_BIAS

@@ -21,9 +21,9 @@ class Feature:
     plain_keywords: tuple[str, ...]  # a plain callable declares it by accepting all of these
     flag: str  # how Capabilities.describe() names it
     missing: str  # how a test skipped for want of it names it
-    # whether the catalogue's general mistakes (spec/mistakes.py: the plain formula with one
+    # whether the catalogue's general mistakes (spec/mistakes/forward.py: the plain formula with one
     # thing wrong) apply to calls with it; a score modifier's calls get its own mistakes instead,
-    # which model every modifier, and the log-sum-exp its own (spec/state_mistakes.py); a paged
+    # which model every modifier, and the log-sum-exp its own (spec/mistakes/state.py); a paged
     # call is the dense one laid out otherwise, so the general mistakes apply, and the pages'
     # own besides
     in_mistakes: bool = True

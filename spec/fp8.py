@@ -229,7 +229,7 @@ class Fp8Scales:
     convention: str
     keywords: dict  # SCALE_KEYWORDS[convention] -> a float or a float32 array
     # the kv head whose scales each query head takes; None: its own, h // g (only a mistake
-    # takes another's: spec.fp8_mistakes)
+    # takes another's: spec.mistakes.fp8)
     scale_heads: tuple[int, ...] | None = None
 
     def per_batch_kv_head(self, operand: str, batch: int, kv_heads: int) -> np.ndarray:

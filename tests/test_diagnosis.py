@@ -1,4 +1,4 @@
-"""The diagnosis of failed claims: the catalogue of mistakes (spec/mistakes.py) against the zoo's
+"""The diagnosis of failed claims: the catalogue of mistakes (spec/mistakes/) against the zoo's
 mutants, the localisation, the pooling of findings, and the screen a failing run prints."""
 
 from __future__ import annotations
@@ -28,20 +28,27 @@ from conformance.judge.truth import CaseTruth, largest_finite
 from conformance.report.verdicts import WIDTH, shell_lines
 from spec.dtypes import UNIT_ROUNDOFF
 from spec.formula import merge_states, page_pool, reference_attention
-from spec.gradient_mistakes import GRADIENT_MISTAKES, GradientCall
 from spec.masks import LISTED_KEYWORDS, MASK_CONVENTIONS
-from spec.mistakes import MISTAKES, Call, find_mistake
-from spec.state_mistakes import STATE_MISTAKES, LseCall, MergeCall, find_any_mistake
+from spec.mistakes import MISTAKES, Family, find_mistake, of_family
+from spec.mistakes.forward import Call, output_of
+from spec.mistakes.gradients import GradientCall
+from spec.mistakes.state import LseCall, MergeCall
 from tests.suite_process import run_module
 from tests.zoo import load_members
 from tests.zoo.kill_matrix import Verdict, diagnosis_problems
 
 MEMBERS = load_members()
-WITH_MISTAKE = sorted(name for name, m in MEMBERS.items() if m.mistake in MISTAKES)
-WITH_STATE_MISTAKE = sorted(name for name, m in MEMBERS.items() if m.mistake in STATE_MISTAKES)
-WITH_GRADIENT_MISTAKE = sorted(
-    name for name, m in MEMBERS.items() if m.mistake in GRADIENT_MISTAKES
-)
+
+
+def members_with(*families: Family) -> list[str]:
+    """The zoo's members whose mistake is of ``families``."""
+    names = {m.name for m in of_family(*families)}
+    return sorted(name for name, member in MEMBERS.items() if member.mistake in names)
+
+
+WITH_MISTAKE = members_with(Family.OUTPUT)
+WITH_STATE_MISTAKE = members_with(Family.LSE, Family.MERGE)
+WITH_GRADIENT_MISTAKE = members_with(Family.GRADIENT)
 
 
 def planted_future(k: np.ndarray, value: float) -> np.ndarray:
@@ -160,8 +167,8 @@ def test_each_mutant_with_a_mistake_is_that_mistakes_variant(name):
             )
             truth = reference_attention(q, k, v, causal=causal, scale=scale, **dense_options,
                                         **declared)  # fmt: skip
-            variant = mistake.output(q, k, v, dtype=dtype, causal=causal, scale=scale, **options,
-                                     **declared)  # fmt: skip
+            variant = output_of(mistake, q, k, v, dtype=dtype, causal=causal, scale=scale,
+                                **options, **declared)  # fmt: skip
         if set(options) & set(LISTED_KEYWORDS):  # rows a variant leaves no key: zeros, declared
             variant = with_empty_rows(variant, got, "zeros")
         # a 1e-10 relative error is the epsilon's whole bug; the others are off by far more
@@ -192,10 +199,10 @@ def test_each_mutant_with_a_state_mistake_is_that_mistakes_variant(name):
     compares it (a log-sum-exp in the natural base, a merge's lse in the declared one), on inputs
     where the bug shows."""
     member = MEMBERS[name]
-    mistake = STATE_MISTAKES[member.mistake]
+    mistake = find_mistake(member.mistake)
     base = getattr(member.fn, "lse_base", "e")
     rng = np.random.default_rng(0)
-    if mistake.of == "lse":
+    if mistake.family == Family.LSE:
         q, k, v = (rng.standard_normal((2, 3, 20, 16)) for _ in range(3))  # three heads
         options = {"causal": True, "scale": None}
         if "sinks" in inspect.signature(member.fn).parameters:
@@ -243,7 +250,7 @@ def test_each_backward_mutant_is_its_mistakes_variant(name):
     """The zoo's backward mutants compute their gradient mistake's variant (in float64, to
     rounding), on a call where the bug shows: the diagnosis names what each one is."""
     member = MEMBERS[name]
-    mistake = GRADIENT_MISTAKES[member.mistake]
+    mistake = find_mistake(member.mistake)
     declared = inspect.signature(member.fn).parameters
     options = {"causal": True, "scale": None}
     for keyword, more in GRADIENT_OPTIONS.items():
@@ -281,14 +288,8 @@ def test_each_backward_mutant_is_its_mistakes_variant(name):
 
 
 def test_every_mistake_has_a_name_a_sentence_and_a_hint():
-    with pytest.raises(ValueError, match="mistake 'no-such-mistake', but should be one of"):
-        find_any_mistake("no-such-mistake")
-    for name, mistake in {**STATE_MISTAKES, **GRADIENT_MISTAKES}.items():
-        assert name not in MISTAKES, name
-        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name), name
-        assert mistake.text, name
-        assert mistake.hint not in ("", mistake.text), name
     for name, mistake in MISTAKES.items():
+        assert mistake.family in Family, name
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name), name
         assert mistake.text, name
         assert mistake.hint not in ("", mistake.text), name
@@ -305,7 +306,7 @@ def test_every_mistake_of_the_issue_list_is_catalogued():
         "probabilities-in-float16", "row-sum-in-float16", "gqa-heads-modulo", "window-of-w-keys",
         "padding-unmasked", "values-of-head-0", "keys-of-item-0",
         "online-softmax-stale-accumulator-64", "last-key-tile-dropped-64",
-    } <= set(MISTAKES)  # fmt: skip
+    } <= {m.name for m in of_family(Family.OUTPUT)}  # fmt: skip
 
 
 def test_locate_names_where_the_error_is_and_nothing_else():

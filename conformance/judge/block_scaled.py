@@ -5,7 +5,7 @@ float64 formula on the dequantized inputs.
 The budget is FP8's rule (conformance.judge.fp8.fp8_budget) with the baseline the block-scaled
 kernel's own: the naive formula on the blocks' values, P rounded where the implementation declares
 (Capabilities.block_p), sums in float32 and the output in its dtype. A failure is named by the
-block-scaled mistake (spec.block_scaled_mistakes) it matches, and says its norm's ratio to the
+block-scaled mistake (spec.mistakes.block_scaled) it matches, and says its norm's ratio to the
 truth's: a scale lost shows there, where the cosine stays 1.
 """
 

@@ -23,13 +23,13 @@ import numpy as np
 from conformance.judge.tolerance import Comparison, compare_to_oracle, describe_fraction
 from conformance.judge.truth import CaseTruth, largest_finite
 from spec.block_scaled import BlockCall
-from spec.block_scaled_mistakes import BLOCK_MISTAKES
 from spec.dtypes import UNIT_ROUNDOFF
-from spec.fp8_mistakes import FP8_MISTAKES, Fp8Call
-from spec.gradient_mistakes import GRADIENT_MISTAKES, GradientCall
 from spec.masks import LISTED_KEYWORDS
-from spec.mistakes import MISTAKES, Call, mistakes_showing_in
-from spec.state_mistakes import STATE_MISTAKES, LseCall, MergeCall, find_any_mistake
+from spec.mistakes import Family, find_mistake, of_family
+from spec.mistakes.forward import Call, mistakes_showing_in
+from spec.mistakes.fp8 import Fp8Call
+from spec.mistakes.gradients import GradientCall
+from spec.mistakes.state import LseCall, MergeCall
 
 SPANS_SHOWN = 4  # runs of indices a localisation names before "..."
 # The largest call (in multiply-adds, :func:`work_of`) on which every variant is computed: two
@@ -93,9 +93,10 @@ def diagnose(
     showing -= refuted_before
     listed = any(case.formula_variant.get(name) is not None for name in LISTED_KEYWORDS)
     # A mistake that cannot show here does not explain this failure: refuted, uncomputed.
-    matched, refuted = {}, [name for name in MISTAKES if name not in showing]
-    for name in (name for name in MISTAKES if name in showing):
-        mistake = MISTAKES[name]
+    outputs = of_family(Family.OUTPUT)
+    matched, refuted = {}, [m.name for m in outputs if m.name not in showing]
+    for mistake in (m for m in outputs if m.name in showing):
+        name = mistake.name
         if mistake.precision is not None:
             if UNIT_ROUNDOFF[mistake.precision] <= UNIT_ROUNDOFF[case.dtype]:
                 refuted.append(name)
@@ -135,9 +136,10 @@ def diagnose_lse(lse, call: LseCall, *, case, comparison: Comparison) -> dict:
     """The finding of a failing log-sum-exp (natural base, as compared) of ``call``: the state
     mistakes of the log-sum-exp whose variant it matches within the budget it failed against.
     The output's mistakes are not judged on it: neither matched nor refuted."""
-    mistakes = [m for m in STATE_MISTAKES.values() if m.of == "lse"]
     judged = [Judged(lse, call.truth, comparison.allowed)]
-    matched, refuted = match_or_refute(mistakes, call, judged, lambda variant: [variant])
+    matched, refuted = match_or_refute(
+        of_family(Family.LSE), call, judged, lambda variant: [variant]
+    )
     # (B, H, Tq) as a one-column output, for the localisation
     return finding_of(
         lse[..., None], call.truth[..., None], case, comparison, matched=matched, refuted=refuted
@@ -145,22 +147,22 @@ def diagnose_lse(lse, call: LseCall, *, case, comparison: Comparison) -> dict:
 
 
 def diagnose_fp8(out, call: Fp8Call, *, truth, case, comparison: Comparison) -> dict:
-    """The finding of a failing FP8 output: the FP8 mistakes (spec.fp8_mistakes), each in the
+    """The finding of a failing FP8 output: the FP8 mistakes (spec.mistakes.fp8), each in the
     arithmetic the implementation declares, whose variant it matches within its budget."""
     judged = [Judged(out, truth, comparison.allowed)]
     matched, refuted = match_or_refute(
-        FP8_MISTAKES.values(), call, judged, lambda variant: [variant]
+        of_family(Family.FP8), call, judged, lambda variant: [variant]
     )
     return finding_of(out, truth, case, comparison, matched=matched, refuted=refuted)
 
 
 def diagnose_block(out, call: BlockCall, *, truth, case, comparison: Comparison) -> dict:
     """The finding of a failing block-scaled output: the block-scaled mistakes
-    (spec.block_scaled_mistakes), each in the arithmetic the implementation declares, whose
+    (spec.mistakes.block_scaled), each in the arithmetic the implementation declares, whose
     variant it matches within its budget."""
     judged = [Judged(out, truth, comparison.allowed)]
     matched, refuted = match_or_refute(
-        BLOCK_MISTAKES.values(), call, judged, lambda variant: [variant]
+        of_family(Family.BLOCK), call, judged, lambda variant: [variant]
     )
     return finding_of(out, truth, case, comparison, matched=matched, refuted=refuted)
 
@@ -228,16 +230,15 @@ def diagnose_merge(
         Judged(got, right, c.allowed, at_variant_size=False)
         for got, right, c in zip((out, lse), truth, comparisons, strict=True)
     ]
-    mistakes = [m for m in STATE_MISTAKES.values() if m.of == "merge"]
     matched, refuted = match_or_refute(
-        mistakes, call, judged, lambda variant: [variant[0], variant[1] * to_natural]
+        of_family(Family.MERGE), call, judged, lambda variant: [variant[0], variant[1] * to_natural]
     )
     failing = comparisons[0] if not comparisons[0].ok else comparisons[1]
     return finding_of(out, truth[0], case, failing, matched=matched, refuted=refuted)
 
 
 def diagnose_gradients(grads: dict, call: GradientCall, *, case, comparisons: dict) -> dict:
-    """The finding of a failing backward: the backward's mistakes (spec.gradient_mistakes) whose
+    """The finding of a failing backward: the backward's mistakes (spec.mistakes.gradients) whose
     variant every gradient matches within its budget ({"dq": Comparison, ...}), scaled to the
     variant's size (a P recomputed with the wrong mask is not normalised, its gradients many
     times the truth's). The first failing gradient is located; a sink's (H,) as one element
@@ -245,7 +246,7 @@ def diagnose_gradients(grads: dict, call: GradientCall, *, case, comparisons: di
     names = list(call.truth)
     judged = [Judged(grads[n], call.truth[n], comparisons[f"d{n}"].allowed) for n in names]
     matched, refuted = match_or_refute(
-        GRADIENT_MISTAKES.values(), call, judged, lambda variant: [variant[n] for n in names]
+        of_family(Family.GRADIENT), call, judged, lambda variant: [variant[n] for n in names]
     )
     name = next(n for n in call.truth if not comparisons[f"d{n}"].ok)
     got, truth = grads[name], call.truth[name]
@@ -401,19 +402,17 @@ def conclude(findings: list[dict], refuted: set[str] | None = None) -> list[dict
         for name, fraction in finding["matched"].items():
             if name not in refuted and (name not in best or fraction > best[name][0]):
                 best[name] = (fraction, finding["test"])
-    exact = [name for name in best if find_any_mistake(name).precision is None]
+    exact = [name for name in best if find_mistake(name).precision is None]
     # Of the precision mistakes, the finest that explains everything says the most.
-    finest = sorted(
-        best, key=lambda name: UNIT_ROUNDOFF[find_any_mistake(name).precision or "float64"]
-    )
+    finest = sorted(best, key=lambda name: UNIT_ROUNDOFF[find_mistake(name).precision or "float64"])
     named = exact or finest[:1]
     if named:
         return [
             {
                 "kind": "mistake",
                 "name": name,
-                "text": find_any_mistake(name).text,
-                "hint": find_any_mistake(name).hint,
+                "text": find_mistake(name).text,
+                "hint": find_mistake(name).hint,
                 "test": best[name][1],
                 "fraction_of_budget": best[name][0],
             }

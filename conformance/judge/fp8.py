@@ -29,7 +29,7 @@ from spec.fp8 import (
     quantize_call,
 )
 from spec.fp8 import output_dtype as fp8_output_dtype
-from spec.fp8_mistakes import Fp8Call
+from spec.mistakes.fp8 import Fp8Call
 
 # FlashAttention's rule, as for every dtype: a few times the error of the naive formula that
 # rounds where the kernel does. docs/fp8.md has the survey of the built-ins against it.

@@ -2,7 +2,7 @@
 shapes, the gradients that must be exactly 0 (keys no row reads, rows that see no key), then
 each gradient against the float64 backward (spec.formula.reference_feature_vjp) within its
 budget (conformance.judge.tolerance.compare_gradients), a failure diagnosed among the backward's
-mistakes (spec.gradient_mistakes).
+mistakes (spec.mistakes.gradients).
 
 Every gradient test goes through :func:`assert_gradients_match`: a feature's gradient claim is
 a case in ``conformance/test_gradients.py``'s table, not a test of its own.
@@ -23,7 +23,7 @@ from conformance.judge.tolerance import compare_gradients
 from conformance.run.worker_clients import ImplementationBroke
 from spec.dtypes import round_to
 from spec.formula import keys_read_and_blind_rows
-from spec.gradient_mistakes import GradientCall
+from spec.mistakes.gradients import GradientCall
 
 
 def gradient_shapes(case: Case) -> dict[str, tuple[int, ...]]:

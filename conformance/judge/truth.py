@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 
 import spec.formula
-import spec.mistakes
+import spec.masks
+import spec.mistakes.forward
 from spec.formula import (
     naive_baseline,
     reference_attention,
@@ -42,10 +43,14 @@ from spec.formula import (
     score_rounding_sensitivity,
 )
 from spec.mistakes import find_mistake
+from spec.mistakes.forward import output_of
 
 # The sources of what is computed: a changed formula or mistake never meets an old entry.
 FORMULA_DIGEST = hashlib.sha256(
-    b"".join(Path(module.__file__).read_bytes() for module in (spec.formula, spec.mistakes))
+    b"".join(
+        Path(module.__file__).read_bytes()
+        for module in (spec.formula, spec.masks, spec.mistakes.forward)
+    )
 ).hexdigest()
 DIGEST_BYTES = 32
 REMEMBERED_BYTES = 256 << 20  # a process's own copies of entries, the least recently used dropped
@@ -196,14 +201,14 @@ class CaseTruth:
     def mistake(
         self, name: str, *, dtype: str, causal: bool = True, scale=None, in_dtype=False, **variant
     ) -> np.ndarray:
-        """The output of ``spec.mistakes``' variant ``name`` (``in_dtype``: computed in the
-        dtype's arithmetic), once per inputs and dtype in a run: every implementation failing
-        on these inputs is compared with the same variants."""
+        """The output of the output mistake ``name``'s variant (spec.mistakes.forward;
+        ``in_dtype``: computed in the dtype's arithmetic), once per inputs and dtype in a run:
+        every implementation failing on these inputs is compared with the same variants."""
         params = dict(dtype=dtype, causal=causal, scale=scale, in_dtype=in_dtype, **variant)
         return self._shared(
             f"mistake {name}",
             params,
-            lambda: find_mistake(name).output(self.q, self.k, self.v, **params),
+            lambda: output_of(find_mistake(name), self.q, self.k, self.v, **params),
         )
 
     def score_rounding(self, *, causal: bool = True, scale=None, **variant) -> float:

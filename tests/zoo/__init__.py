@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from impls.block_scaled_calls import checked_block_call, is_block_scaled_call
 from impls.contract import PlainCallable, validate_inputs
 from impls.fp8_calls import checked_scales, is_fp8_call
-from spec.state_mistakes import find_any_mistake
+from spec.mistakes import find_mistake
 
 FAMILIES = (
     "scaling",
@@ -52,7 +52,7 @@ class Member:
     hidden_at_easy_shape: bool = False  # output within budget at EASY_SHAPE (test_zoo checks it)
     # reads memory it never wrote: which claims besides caught_by fail varies from run to run
     reads_fresh_memory: bool = False
-    # the catalogued mistake (spec.mistakes, spec.state_mistakes) its failures must be diagnosed
+    # the catalogued mistake (spec.mistakes, spec.mistakes.state) its failures must be diagnosed
     # as, where its bug is a variant of the formula; None: a bug no variant expresses (it gets a
     # localisation)
     mistake: str | None = None
@@ -130,7 +130,7 @@ def mutant(
     if family not in FAMILIES:
         raise ValueError(f"family={family!r}, but should be one of {FAMILIES}")
     for name in (mistake, *alike) if mistake else alike:
-        find_any_mistake(name)  # a ValueError naming the known ones
+        find_mistake(name)  # a ValueError naming the known ones
 
     def register(fn: Callable) -> Callable:
         fn = _validating(fn)

@@ -20,7 +20,7 @@ import numpy as np
 from impls.contract import resolve_scale
 from spec.catalogue import load_catalogue
 from spec.formula import query_positions, visible_keys
-from spec.gradient_mistakes import last_reader
+from spec.mistakes.gradients import last_reader
 from tests.zoo import correct_variant, mutant
 
 TILE = 64  # the key tile of the members whose backward loops over tiles

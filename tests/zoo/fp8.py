@@ -20,7 +20,7 @@ from impls.contract import resolve_scale
 from spec.dtypes import rounded_in_storage
 from spec.formula import visible_keys
 from spec.fp8 import reinterpreted, round_to_fp8
-from spec.fp8_mistakes import NAN_BYTE_AS_NUMBER
+from spec.mistakes.fp8 import NAN_BYTE_AS_NUMBER
 from tests.zoo import correct_variant, mutant
 
 TILE = 128  # keys per tile, FlashAttention 3's

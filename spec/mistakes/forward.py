@@ -1,16 +1,12 @@
-"""The mistakes attention kernels make, each a variant of the formula (:mod:`spec.formula`).
-
-A failed claim says *that* a kernel is wrong; the judge names *why* by computing each mistake's
-variant on the failing inputs and reporting those the kernel's output matches within its dtype's
-budget (``conformance/judge/diagnosis.py``). Each mistake has a stable name, one sentence on what
-it is, and a hint on where it usually comes from; its variant is the formula with that one step
+"""The output's mistakes: each a variant of the formula (:mod:`spec.formula`) with one step
 changed, in float64 unless the mistake is about precision (then in the arithmetic that makes it
-show: the accumulation dtype where overflow or a finite fill decides).
+show: the accumulation dtype where overflow or a finite fill decides). A variant takes the float64
+q, k, v and the :class:`Call` and gives the output; :func:`output_of` applies it as the formula is
+applied, to each padded item or packed sequence alone.
 
-``shows(call)`` says cheaply whether the variant can differ from the formula at all on a call
-(a top-left mask is the right one when Tq = Tk): a variant that cannot differ proves nothing and
-is not computed. A variant with a ``precision`` is the formula itself computed in a coarser
-dtype: the output matches it when it lies within that dtype's budget of the truth.
+``shows(call)`` is False where the variant is the formula (a top-left mask is the right one when
+Tq = Tk). A mistake with a ``precision`` is the formula itself computed in a coarser dtype: the
+output matches it when it lies within that dtype's budget of the truth.
 """
 
 from __future__ import annotations
@@ -43,6 +39,8 @@ from spec.masks import (
     visible,
     with_mask_fields,
 )
+from spec.mistakes import Family, Mistake, of_family
+from spec.mistakes import mistake as register
 
 TILE_SIZES = (32, 64, 128)  # the key tiles of the tiling mistakes: the widths kernels use
 
@@ -126,41 +124,27 @@ class Call:
         return self.key_lengths is not None and min(self.key_lengths) < self.tk
 
 
-@dataclass(frozen=True)
-class Mistake:
-    name: str  # stable: reports, the zoo and the README use it
-    text: str  # what the mistake is, in one sentence
-    hint: str  # where it usually comes from
-    attend: Callable[[np.ndarray, np.ndarray, np.ndarray, Call], np.ndarray]
-    shows: Callable[[Call], bool]  # whether the variant can differ from the formula on a call
-    precision: str | None = None  # the formula computed in this coarser dtype
-    # applied to each padded item or packed sequence alone, as the formula is (else whole)
-    per_sequence: bool = True
-    # the score modifier (spec.features) whose mistake it is: its variant models every modifier
-    modifier: str | None = None
+def output_of(
+    mistake: Mistake, q, k, v, *, dtype: str, causal=True, scale=None, in_dtype=False, **variant
+) -> np.ndarray:
+    """The output mistake's variant on float64 q, k, v: (B, H, Tq, Dv), as float64. ``in_dtype``:
+    computed as a straightforward kernel in ``dtype`` would, in its accumulation dtype and rounded
+    to it at the end (the variant's own naive baseline)."""
+    if in_dtype:
+        work = accumulation_dtype(dtype)
+        q, k, v = (np.asarray(x, work) for x in (q, k, v))
+        out = output_of(mistake, q, k, v, dtype=dtype, causal=causal, scale=scale, **variant)
+        return round_to(out, dtype)
 
-    def output(
-        self, q, k, v, *, dtype: str, causal=True, scale=None, in_dtype=False, **variant
-    ) -> np.ndarray:
-        """The variant's output on float64 q, k, v: (B, H, Tq, Dv), as float64. ``in_dtype``:
-        computed as a straightforward kernel in ``dtype`` would, in its accumulation dtype and
-        rounded to it at the end (the variant's own naive baseline)."""
-        if in_dtype:
-            work = accumulation_dtype(dtype)
-            q, k, v = (np.asarray(x, work) for x in (q, k, v))
+    def one(q, k, v, **options):
+        return mistake.variant(q, k, v, Call.of(q, k, v, dtype=dtype, **options))
 
-        def one(q, k, v, **options):
-            return self.attend(q, k, v, Call.of(q, k, v, dtype=dtype, **options))
-
-        if in_dtype:
-            out = self.output(q, k, v, dtype=dtype, causal=causal, scale=scale, **variant)
-            return round_to(out, dtype)
-        with np.errstate(all="ignore"):
-            if self.per_sequence:
-                pieces = each_item_or_sequence(one, q, k, v, causal=causal, scale=scale, **variant)
-                if pieces is not None:
-                    return np.asarray(pieces, np.float64)
-            return np.asarray(one(q, k, v, causal=causal, scale=scale, **variant), np.float64)
+    with np.errstate(all="ignore"):
+        if mistake.per_sequence:
+            pieces = each_item_or_sequence(one, q, k, v, causal=causal, scale=scale, **variant)
+            if pieces is not None:
+                return np.asarray(pieces, np.float64)
+        return np.asarray(one(q, k, v, causal=causal, scale=scale, **variant), np.float64)
 
 
 # --- the formula in steps, each a switch for the mistakes below ----------------------------------
@@ -257,19 +241,10 @@ def _normalised(weights: np.ndarray, axis: int = -1, epsilon: float = 0.0) -> np
 
 # --- the mistakes ---------------------------------------------------------------------------------
 
-MISTAKES: dict[str, Mistake] = {}
-
 
 def mistake(name: str, text: str, hint: str, shows: Callable[[Call], bool], **options):
-    """Register the decorated variant as mistake ``name``."""
-
-    def register(attend):
-        if name in MISTAKES:
-            raise ValueError(f"mistake {name!r} registered twice")
-        MISTAKES[name] = Mistake(name, text, hint, attend, shows, **options)
-        return attend
-
-    return register
+    """Register the decorated variant (q, k, v, Call) -> output as output mistake ``name``."""
+    return register(Family.OUTPUT, name, text, hint, shows, **options)
 
 
 def _decodes_or_prefills_unequal(call: Call) -> bool:
@@ -1427,13 +1402,6 @@ def _chunk_from_row(q, k, v, call):
     return attend_modified(q, k, v, call, chunk_from_row=True)
 
 
-def find_mistake(name: str) -> Mistake:
-    """The mistake called ``name``, or a ValueError naming the known ones."""
-    if name not in MISTAKES:
-        raise ValueError(f"mistake {name!r}, but should be one of {', '.join(MISTAKES)}")
-    return MISTAKES[name]
-
-
 def mistakes_showing_in(call: Call) -> list[Mistake]:
     """The mistakes whose variant can differ from the formula on ``call``: those of a score
     modifier where it is on, the others only where no feature the catalogue does not model is."""
@@ -1442,7 +1410,7 @@ def mistakes_showing_in(call: Call) -> list[Mistake]:
     whole = not (call.packed_mask is not None and call.cu_seqlens_q is not None)
     return [
         m
-        for m in MISTAKES.values()
+        for m in of_family(Family.OUTPUT)
         if (m.modifier is not None or not call.modified)
         and (m.per_sequence or whole)
         and m.shows(call)

@@ -10,19 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from spec.block_scaled import BlockCall, Reading
-from spec.fp8_mistakes import Fp8Mistake
-
-BLOCK_MISTAKES: dict[str, Fp8Mistake] = {}
+from spec.mistakes import Family, mistake
 
 
 def block_mistake(name: str, text: str, hint: str, shows: Callable[[BlockCall], bool]):
     """Register the decorated variant (BlockCall -> output) as block-scaled mistake ``name``."""
-
-    def register(variant):
-        BLOCK_MISTAKES[name] = Fp8Mistake(name, text, hint, variant, shows)
-        return variant
-
-    return register
+    return mistake(Family.BLOCK, name, text, hint, shows)
 
 
 def misread(call: BlockCall, **reading) -> object:

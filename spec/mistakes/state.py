@@ -2,7 +2,7 @@
 (LSE-VALUE) and a merge of partial states (LSE-MERGE), each a variant of the formula
 (:func:`spec.formula.reference_log_sum_exp`, :func:`spec.formula.merge_states`).
 
-They are :mod:`spec.mistakes`' counterparts for the state: a kernel whose log-sum-exp is off while
+They are the lse and merge families of :mod:`spec.mistakes`: a kernel whose log-sum-exp is off while
 its output is right has one of these, and ``conformance/judge/diagnosis.py`` names those a
 failing log-sum-exp or merge matches within the budget it failed against. A variant gives what
 the judge compares: the log-sum-exp in the natural base (the judge converts a declared base 2),
@@ -18,11 +18,8 @@ from functools import cached_property
 
 import numpy as np
 
-from spec.block_scaled_mistakes import BLOCK_MISTAKES
 from spec.formula import reference_log_sum_exp, reference_masked_scores
-from spec.fp8_mistakes import FP8_MISTAKES
-from spec.gradient_mistakes import GRADIENT_MISTAKES
-from spec.mistakes import MISTAKES
+from spec.mistakes import Family, mistake
 
 
 @dataclass(frozen=True)
@@ -55,30 +52,10 @@ class MergeCall:
     base: str = "e"
 
 
-@dataclass(frozen=True)
-class StateMistake:
-    name: str  # stable: reports, the zoo and the README use it
-    text: str  # what the mistake is, in one sentence
-    hint: str  # where it usually comes from
-    of: str  # "lse": a returned log-sum-exp's; "merge": a shipped merge's
-    variant: Callable  # LseCall -> lse, or MergeCall -> (out, lse)
-    shows: Callable  # LseCall or MergeCall -> whether the variant can differ from the formula
-    precision: None = None  # as spec.mistakes.Mistake's: none of these is a precision mistake
-
-
-STATE_MISTAKES: dict[str, StateMistake] = {}
-
-
-def state_mistake(name: str, text: str, hint: str, of: str, shows: Callable):
-    """Register the decorated variant as state mistake ``name``."""
-
-    def register(variant):
-        if name in STATE_MISTAKES:
-            raise ValueError(f"mistake {name!r} registered twice")
-        STATE_MISTAKES[name] = StateMistake(name, text, hint, of, variant, shows)
-        return variant
-
-    return register
+def state_mistake(name: str, text: str, hint: str, of: Family, shows: Callable):
+    """Register the decorated variant as the state mistake ``name`` of ``of``: Family.LSE (a
+    returned log-sum-exp's) or Family.MERGE (a shipped merge's)."""
+    return mistake(of, name, text, hint, shows)
 
 
 # --- the log-sum-exp -----------------------------------------------------------------------------
@@ -223,24 +200,3 @@ def _merge_empty_part(call: MergeCall):
 )
 def _merge_unseen_row(call: MergeCall):
     return merge_with(call, guard_unseen_rows=False)
-
-
-def find_state_mistake(name: str) -> StateMistake:
-    """The state mistake called ``name``, or a ValueError naming the known ones."""
-    if name not in STATE_MISTAKES:
-        raise ValueError(f"mistake {name!r}, but should be one of {', '.join(STATE_MISTAKES)}")
-    return STATE_MISTAKES[name]
-
-
-def find_any_mistake(name: str):
-    """The output mistake (spec.mistakes), state mistake, backward's mistake
-    (spec.gradient_mistakes), FP8 mistake (spec.fp8_mistakes) or block-scaled mistake
-    (spec.block_scaled_mistakes) called ``name``, or a ValueError naming every known one."""
-    catalogues = (MISTAKES, STATE_MISTAKES, GRADIENT_MISTAKES, FP8_MISTAKES, BLOCK_MISTAKES)
-    for catalogue in catalogues:
-        if name in catalogue:
-            return catalogue[name]
-    raise ValueError(
-        f"mistake {name!r}, but should be one of "
-        + ", ".join(name for catalogue in catalogues for name in catalogue)
-    )

@@ -2,7 +2,7 @@
 the kernel rounds, as public reports of serving kernels found them. Each is a variant of the
 naive FP8 formula (:func:`spec.fp8.fp8_baseline`) with one thing wrong, in the arithmetic the
 kernel declares, so that a failing output is named by the variant it matches within its budget
-(``conformance/judge/fp8.py``); they are :mod:`spec.mistakes`' counterparts for FP8.
+(``conformance/judge/fp8.py``); they are the fp8 family of :mod:`spec.mistakes`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from spec.fp8 import FP8_FORMATS, Fp8Scales, fp8_baseline, reinterpreted
+from spec.mistakes import Family, mistake
 
 
 @dataclass(frozen=True)
@@ -66,27 +67,9 @@ def fp8_operands(call: Fp8Call) -> str:
     return "qkv" if call.scales.convention == "descale" else "kv"
 
 
-@dataclass(frozen=True)
-class Fp8Mistake:
-    name: str  # stable: reports, the zoo and the README use it
-    text: str  # what the mistake is, in one sentence
-    hint: str  # where it usually comes from
-    variant: Callable  # Fp8Call -> the output (B, H, Tq, Dv), float64
-    shows: Callable  # Fp8Call -> whether the variant can differ from the naive formula
-    precision: None = None  # as spec.mistakes.Mistake's
-
-
-FP8_MISTAKES: dict[str, Fp8Mistake] = {}
-
-
 def fp8_mistake(name: str, text: str, hint: str, shows: Callable):
-    """Register the decorated variant as FP8 mistake ``name``."""
-
-    def register(variant):
-        FP8_MISTAKES[name] = Fp8Mistake(name, text, hint, variant, shows)
-        return variant
-
-    return register
+    """Register the decorated variant (Fp8Call -> the output, float64) as FP8 mistake ``name``."""
+    return mistake(Family.FP8, name, text, hint, shows)
 
 
 for _operand in "qkv":

@@ -2,7 +2,7 @@
 has one of these, each a variant of the float64 backward (:func:`spec.formula.
 reference_feature_vjp`) with one step wrong, as public reports of training kernels found them.
 
-They are :mod:`spec.mistakes`' counterparts for the backward: ``conformance/judge/gradients.py``
+They are the gradient family of :mod:`spec.mistakes`: ``conformance/judge/gradients.py``
 names those whose every gradient a failing backward matches within the budget it failed against.
 A variant gives {"q", "k", "v"[, "sinks"]}, as the oracle does.
 
@@ -30,6 +30,7 @@ from spec.formula import (
     repeat_kv_heads,
     resolve_scale,
 )
+from spec.mistakes import Family, mistake
 
 
 @dataclass(frozen=True)
@@ -61,29 +62,10 @@ class GradientCall:
         )
 
 
-@dataclass(frozen=True)
-class GradientMistake:
-    name: str  # stable: reports, the zoo and the README use it
-    text: str  # what the mistake is, in one sentence
-    hint: str  # where it usually comes from
-    variant: Callable  # GradientCall -> {"q", "k", "v"[, "sinks"]}
-    shows: Callable  # GradientCall -> whether the variant can differ from the oracle
-    precision: None = None  # as spec.mistakes.Mistake's: none of these is a precision mistake
-
-
-GRADIENT_MISTAKES: dict[str, GradientMistake] = {}
-
-
 def gradient_mistake(name: str, text: str, hint: str, shows: Callable):
-    """Register the decorated variant as gradient mistake ``name``."""
-
-    def register(variant):
-        if name in GRADIENT_MISTAKES:
-            raise ValueError(f"mistake {name!r} registered twice")
-        GRADIENT_MISTAKES[name] = GradientMistake(name, text, hint, variant, shows)
-        return variant
-
-    return register
+    """Register the decorated variant (GradientCall -> {"q", "k", "v"[, "sinks"]}) as gradient
+    mistake ``name``."""
+    return mistake(Family.GRADIENT, name, text, hint, shows)
 
 
 def recomputed_backward(
@@ -355,9 +337,3 @@ def _blind_rows(call: GradientCall) -> np.ndarray:
         call.q.shape[-2], call.k.shape[-2], heads=call.q.shape[1],
         **_without(call.options, "scale", "grad_lse", "sinks"),
     )[1]  # fmt: skip
-
-
-def find_gradient_mistake(name: str) -> GradientMistake:
-    if name not in GRADIENT_MISTAKES:
-        raise ValueError(f"mistake {name!r}, but should be one of {', '.join(GRADIENT_MISTAKES)}")
-    return GRADIENT_MISTAKES[name]
