@@ -115,10 +115,67 @@ def reference_masked_scores(
 ):  # fmt: skip
     """Scaled scores, modified (softcap, ALiBi) and with -inf where the mask hides a key,
     (B, H, Tq, Tk), in float64. ``mask``: the keywords of spec.masks' kinds."""
-    scores = reference_scores(q, repeat_kv_heads(q, k), scale)
-    modified_scores(scores, softcap=softcap, alibi_slopes=alibi_slopes,
-                    key_lengths=mask.get("key_lengths"))  # fmt: skip
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    scores = scores_in_steps(q, k, scale=scale, softcap=softcap, alibi_slopes=alibi_slopes,
+                             key_lengths=mask.get("key_lengths"))  # fmt: skip
     return masked(scores, causal=causal, in_place=True, **mask)
+
+
+# --- the formula in steps: the truth, and each mistake's variant with one step replaced -------
+
+
+def grouped_heads(heads: int, kv_heads: int) -> np.ndarray:
+    """Which key/value head each of ``heads`` query heads reads: h // g, g = heads / kv_heads."""
+    return np.arange(heads) // (heads // kv_heads)
+
+
+def masked_softmax(scores: np.ndarray, visible: np.ndarray, sinks=None) -> np.ndarray:
+    """The softmax of ``scores`` over the keys ``visible`` (broadcast), hidden keys at -inf: in
+    place, the caller's scores."""
+    np.copyto(scores, -np.inf, where=~np.asarray(visible, bool))
+    return softmax(scores, sinks)
+
+
+def scores_in_steps(
+    q, k, *, scale=None, key_heads=grouped_heads, modify=modified_scores, softcap=None,
+    alibi_slopes=None, key_lengths=None,
+):  # fmt: skip
+    """Q K^T * scale for query head h against key head ``key_heads``'s h (B, H, Tq, Tk), modified
+    by ``modify`` (the truth: :func:`modified_scores`), in q's and k's own dtype."""
+    scores = q @ k[:, key_heads(q.shape[1], k.shape[1])].swapaxes(-1, -2)
+    scores *= resolve_scale(scale, q.shape[-1])  # in place: the same values, no second matrix
+    return modify(scores, softcap=softcap, alibi_slopes=alibi_slopes, key_lengths=key_lengths)
+
+
+def attention_in_steps(
+    q, k, v, *, causal: bool = True, scale=None, visible=None, key_heads=grouped_heads,
+    value_heads=None, modify=modified_scores, weights=masked_softmax, zero_padding: bool = True,
+    softcap=None, alibi_slopes=None, sinks=None, **mask,
+):  # fmt: skip
+    """The formula step by step, in q's, k's and v's own dtype: the scores of each query head
+    against its key head (``key_heads``), scaled and modified (``modify``); the keys each query
+    sees (``visible``, by default the mask the keywords declare, spec.masks), a key counted m
+    times weighing m; the softmax over them (``weights(scores, visible, sinks)``); the values of
+    each query head's value head (``value_heads``, by default its key head's), their unread
+    padding zeroed. The truth is every step as given here (:func:`reference_attention`); a
+    mistake of spec.mistakes.forward replaces one."""
+    tq, tk, heads = q.shape[-2], k.shape[-2], q.shape[1]
+    key_lengths = mask.get("key_lengths")
+    scores = scores_in_steps(q, k, scale=scale, key_heads=key_heads, modify=modify,
+                             softcap=softcap, alibi_slopes=alibi_slopes,
+                             key_lengths=key_lengths)  # fmt: skip
+    mask = only_mask_options(mask)
+    if visible is None:
+        visible = (visible_keys(tq, tk, causal=causal, heads=heads, **mask) if mask
+                   else causal_mask(tq, tk) if causal else np.ones((tq, tk), bool))  # fmt: skip
+    counts = counted_keys(tq, tk, heads=heads, causal=causal, **mask) if mask else None
+    if counts is not None:  # a key counted m times weighs m: exp(s + log m) = m exp(s)
+        with np.errstate(divide="ignore"):
+            scores += np.log(np.maximum(counts, 1)).astype(scores.dtype)
+    v = v[:, (value_heads or key_heads)(heads, v.shape[1])]
+    if zero_padding:
+        v = unread_padding_zeroed(v, key_lengths=key_lengths)
+    return weights(scores, visible, sinks) @ v
 
 
 def masked(scores: np.ndarray, *, causal: bool, in_place: bool = False, **mask) -> np.ndarray:
@@ -241,8 +298,8 @@ def reference_attention(q, k, v, *, causal: bool = True, scale: float | None = N
     """output[i] = sum_j A[i, j] V[j], (B, H, Tq, Dv), in float64."""
     if variant.get("cu_seqlens_q") is not None:
         return per_sequence(reference_attention, q, k, v, causal=causal, scale=scale, **variant)
-    weights = reference_weights(q, k, causal=causal, scale=scale, **variant)
-    return weights @ unread_padding_zeroed(repeat_kv_heads(q, np.asarray(v, np.float64)), **variant)
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    return attention_in_steps(q, k, v, causal=causal, scale=scale, **variant)
 
 
 def score_rounding_sensitivity(

@@ -20,17 +20,19 @@ from spec.dtypes import UNIT_ROUNDOFF, round_to
 from spec.features import UNMODELLED_KEYWORDS
 from spec.formula import (
     accumulation_dtype,
+    attention_in_steps,
     each_item_or_sequence,
+    grouped_heads,
+    masked_softmax,
+    modified_scores,
     resolve_scale,
     softmax,
-    unread_padding_zeroed,
 )
 from spec.masks import (
     ARRAY_KEYWORDS,
     MASK_CONVENTIONS,
     MASK_KEYWORDS,
     Grid,
-    counted_keys,
     custom_mask_sees,
     extent_of,
     prepared,
@@ -96,6 +98,14 @@ class Call:
         """The keywords that say which keys each query sees (spec.masks), ``causal`` with them."""
         return {name: getattr(self, name) for name in (*MASK_KEYWORDS, *MASK_CONVENTIONS)
                 if getattr(self, name, None) is not None}  # fmt: skip
+
+    @property
+    def formula_options(self) -> dict:
+        """The keywords the formula reads beside q, k, v and the scale: the mask's, ``causal``
+        with them, and the score modifiers'."""
+        modifiers = {name: getattr(self, name) for name in ("softcap", "alibi_slopes", "sinks")
+                     if getattr(self, name) is not None}  # fmt: skip
+        return {**self.mask_options, **modifiers}
 
     @property
     def resolved_scale(self) -> float:
@@ -193,41 +203,16 @@ def visible_keys_of(
 
 
 def attend_with(
-    q,
-    k,
-    v,
-    call: Call,
-    *,
-    scale: float | None = None,
-    visible: np.ndarray | None = None,
-    kv_head_of: Callable[[int, int], np.ndarray] | None = None,
-    values_head_of: Callable[[int, int], np.ndarray] | None = None,
-    weights_of: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
-    zero_padding: bool = True,
+    q, k, v, call: Call, *, scale: float | None = None, weights_of=None, **steps
 ) -> np.ndarray:
-    """The formula with the extensions, in float64, each step replaceable: the scale, the mask,
-    which key/value head query head h reads (h // g), the softmax of the masked scores."""
-    index = (kv_head_of or _grouped)(call.heads, call.kv_heads)
-    values_index = (values_head_of or kv_head_of or _grouped)(call.heads, call.kv_heads)
-    k, v = k[:, index], v[:, values_index]  # (B, Hkv, T, D) -> (B, Hq, T, D)
-    scores = q @ k.swapaxes(-1, -2) * (call.resolved_scale if scale is None else scale)
-    visible = visible_keys_of(call) if visible is None else visible
-    counts = counted_keys(call.tq, call.tk, heads=call.heads, **call.mask_options)
-    if counts is not None:  # the declared convention counts some keys twice
-        with np.errstate(divide="ignore"):
-            scores = scores + np.log(np.maximum(counts, 1))
-    weights = (weights_of or _masked_softmax)(scores, visible)
-    if zero_padding:
-        v = unread_padding_zeroed(v, key_lengths=call.key_lengths)
-    return weights @ v  # (B, Hq, Tq, Dv)
-
-
-def _grouped(heads: int, kv_heads: int) -> np.ndarray:
-    return np.arange(heads) // (heads // kv_heads)
-
-
-def _masked_softmax(scores, visible):
-    return softmax(np.where(visible, scores, -np.inf))
+    """The formula (spec.formula.attention_in_steps) on ``call``'s options, in q's dtype, with
+    the steps given replaced: the ``scale`` (None: the call's); ``weights_of(scores, visible)``,
+    the weights of the scores over the visible keys; and attention_in_steps' own ``visible``,
+    ``key_heads``, ``value_heads``, ``modify``, ``weights`` and ``zero_padding``."""
+    if weights_of is not None:  # a general mistake's: never on a call with sinks (modified)
+        steps["weights"] = lambda scores, visible, sinks: weights_of(scores, visible)
+    scale = call.scale if scale is None else scale
+    return attention_in_steps(q, k, v, scale=scale, **call.formula_options, **steps)
 
 
 def _in_accumulation(call: Call, scores: np.ndarray) -> np.ndarray:
@@ -571,7 +556,7 @@ def _finer_than_float16(call: Call) -> bool:
 )
 def _probabilities_in_float16(q, k, v, call):
     def weights(scores, visible):
-        return round_to(_masked_softmax(scores, visible), "float16").astype(scores.dtype)
+        return round_to(masked_softmax(scores, visible), "float16").astype(scores.dtype)
 
     return attend_with(q, k, v, call, weights_of=weights)
 
@@ -629,7 +614,7 @@ def _grouped_heads(call: Call) -> bool:
     _grouped_heads,
 )
 def _gqa_modulo(q, k, v, call):
-    return attend_with(q, k, v, call, kv_head_of=lambda heads, kv: np.arange(heads) % kv)
+    return attend_with(q, k, v, call, key_heads=lambda heads, kv: np.arange(heads) % kv)
 
 
 @mistake(
@@ -642,7 +627,7 @@ def _gqa_swapped(q, k, v, call):
     def swapped(heads, kv):
         return np.minimum(np.arange(heads) // kv, kv - 1)
 
-    return attend_with(q, k, v, call, kv_head_of=swapped)
+    return attend_with(q, k, v, call, key_heads=swapped)
 
 
 @mistake(
@@ -652,7 +637,7 @@ def _gqa_swapped(q, k, v, call):
     lambda call: call.kv_heads > 1,
 )
 def _values_head_0(q, k, v, call):
-    return attend_with(q, k, v, call, values_head_of=lambda heads, kv: np.zeros(heads, int))
+    return attend_with(q, k, v, call, value_heads=lambda heads, kv: np.zeros(heads, int))
 
 
 @mistake(
@@ -1084,12 +1069,12 @@ def _pages_as_read(x: np.ndarray, call: Call, *, late: bool = False) -> np.ndarr
 
 def _attend_pages(
     q, k, v, call: Call, *, late: bool = False, whole_pages: bool = False,
-    boundary_page_dropped: bool = False, kv_head_of=None,
+    boundary_page_dropped: bool = False, key_heads=grouped_heads,
 ):  # fmt: skip
     """The formula over the keys read through the pages, each item cut at its length (rounded up
     to whole pages with ``whole_pages``, a page short where it ends on a page's boundary with
     ``boundary_page_dropped``; its rows aligned to that length), query head h reading key/value
-    head ``kv_head_of(heads, kv_heads)[h]`` (h // g by default)."""
+    head ``key_heads(heads, kv_heads)[h]`` (h // g by default)."""
     size = call.page_size
     lengths = call.item_key_lengths
     if whole_pages:
@@ -1098,7 +1083,7 @@ def _attend_pages(
         lengths = tuple(n - size if n and n % size == 0 else n for n in lengths)
     read_k, read_v = (_pages_as_read(x, call, late=late) for x in (k, v))
     read = replace(call, tk=read_k.shape[-2], key_lengths=tuple(lengths))
-    return attend_with(q, read_k, read_v, read, kv_head_of=kv_head_of)
+    return attend_with(q, read_k, read_v, read, key_heads=key_heads)
 
 
 @mistake(
@@ -1154,7 +1139,7 @@ def _group_rounded_down(heads: int, kv_heads: int) -> np.ndarray:
     per_sequence=False,
 )
 def _paged_group_rounded(q, k, v, call):
-    return _attend_pages(q, k, v, call, kv_head_of=_group_rounded_down)
+    return _attend_pages(q, k, v, call, key_heads=_group_rounded_down)
 
 
 @mistake(
@@ -1175,7 +1160,10 @@ def _pool_max(q, k, v, call):
 def online_softmax(q, k, v, call: Call, *, tile: int, rescale_accumulator: bool = True):
     """The formula as a flash kernel computes it: key tiles of ``tile``, a running maximum m, sum
     l and accumulator acc per row, both rescaled by exp(m_old - m_new) when m grows."""
-    k, v = k[:, _grouped(call.heads, call.kv_heads)], v[:, _grouped(call.heads, call.kv_heads)]
+    k, v = (
+        k[:, grouped_heads(call.heads, call.kv_heads)],
+        v[:, grouped_heads(call.heads, call.kv_heads)],
+    )
     visible = visible_keys_of(call)
     rows = (*q.shape[:-1], 1)  # (B, H, Tq, 1)
     running_max, running_sum = np.full(rows, -np.inf, q.dtype), np.zeros(rows, q.dtype)
@@ -1236,62 +1224,12 @@ for _tile in TILE_SIZES:
 
 
 # --- the score modifiers (spec.features: softcap, alibi, sinks, chunked) -------------------------
+# Each the formula with every modifier of the call and one of them wrong: most are the formula
+# itself with another value of the modifier's keyword, the rest replace one of its steps.
 
 
-def attend_modified(
-    q,
-    k,
-    v,
-    call: Call,
-    *,
-    cap_after_mask: bool = False,
-    cap_before_scale: bool = False,
-    alibi_sign: float = -1.0,
-    alibi_from_row: bool = False,
-    sink_scaled: bool = False,
-    sink_dropped: bool = False,
-    sink_minus_inf_as_zero: bool = False,
-    chunk_reach: int = 0,
-    chunk_from_row: bool = False,
-    instead: dict | None = None,
-) -> np.ndarray:
-    """The formula with the call's score modifiers, in float64, one switch changed: the softcap
-    after the mask or before the scale, ALiBi's bias with the other sign or measured from the row
-    index, the sink scaled like a score, dropped, or read as 0 where it is -inf, a chunk reaching
-    a key before its start or cut at the row index. The call's other features (heads, window, key
-    lengths) as the formula has them."""
-    heads = _grouped(call.heads, call.kv_heads)
-    k, v = k[:, heads], v[:, heads]  # (B, Hkv, T, D) -> (B, Hq, T, D)
-    scale, cap = call.resolved_scale, call.softcap
-    products = q @ k.swapaxes(-1, -2)  # (B, H, Tq, Tk)
-    if cap is not None and cap_before_scale:
-        scores = cap * np.tanh(products / cap) * scale
-    else:
-        scores = products * scale
-        if cap is not None and not cap_after_mask:
-            scores = cap * np.tanh(scores / cap)
-    rows = np.arange(call.tq)[None, :, None]  # (1, Tq, 1)
-    lengths = np.asarray(call.key_lengths or (call.tk,), np.int64)[:, None, None]  # (B, 1, 1)
-    positions = rows + lengths - call.tq  # (B or 1, Tq, 1)
-    keys = np.arange(call.tk)[None, None, :]  # (1, 1, Tk)
-    if call.alibi_slopes is not None:
-        distance = np.abs((rows if alibi_from_row else positions) - keys)  # (B or 1, Tq, Tk)
-        # in the scores' dtype: a variant computed in the call's arithmetic rounds as a kernel
-        slopes = np.asarray(call.alibi_slopes, scores.dtype)[:, None, None]  # (H, 1, 1)
-        scores = scores + scores.dtype.type(alibi_sign) * slopes * distance[:, None].astype(
-            scores.dtype
-        )
-    visible = visible_keys_of(call, chunk_reach=chunk_reach, chunk_from_row=chunk_from_row)
-    scores = np.where(visible, scores, -np.inf)
-    if cap is not None and cap_after_mask:
-        scores = cap * np.tanh(scores / cap)
-    sinks = None if call.sinks is None or sink_dropped else np.asarray(call.sinks, scores.dtype)
-    if sinks is not None and sink_scaled:
-        sinks = sinks * scale
-    if sinks is not None and sink_minus_inf_as_zero:
-        sinks = np.where(np.isneginf(sinks), 0.0, sinks)
-    weights = softmax(scores, sinks)
-    return weights @ unread_padding_zeroed(v, key_lengths=call.key_lengths)
+def _without_softcap(scores, softcap, **modifiers):
+    return modified_scores(scores, **modifiers)
 
 
 def _has(keyword: str) -> Callable[[Call], bool]:
@@ -1310,7 +1248,13 @@ def _unequal_lengths(call: Call) -> bool:
     modifier="softcap",
 )
 def _softcap_after_mask(q, k, v, call):
-    return attend_modified(q, k, v, call, cap_after_mask=True)
+    cap = call.softcap
+
+    def capped_after_the_mask(scores, visible, sinks):
+        np.copyto(scores, -np.inf, where=~visible)
+        return softmax(cap * np.tanh(scores / cap), sinks)
+
+    return attend_with(q, k, v, call, modify=_without_softcap, weights=capped_after_the_mask)
 
 
 @mistake(
@@ -1321,7 +1265,8 @@ def _softcap_after_mask(q, k, v, call):
     modifier="softcap",
 )
 def _softcap_before_scale(q, k, v, call):
-    return attend_modified(q, k, v, call, cap_before_scale=True)
+    # c tanh(x / c) s = (c s) tanh(x s / (c s)): a cap of c s on the scaled scores
+    return attend_with(q, k, v, replace(call, softcap=call.softcap * call.resolved_scale))
 
 
 @mistake(
@@ -1332,7 +1277,7 @@ def _softcap_before_scale(q, k, v, call):
     modifier="alibi",
 )
 def _alibi_wrong_sign(q, k, v, call):
-    return attend_modified(q, k, v, call, alibi_sign=1.0)
+    return attend_with(q, k, v, replace(call, alibi_slopes=tuple(-m for m in call.alibi_slopes)))
 
 
 @mistake(
@@ -1343,7 +1288,10 @@ def _alibi_wrong_sign(q, k, v, call):
     modifier="alibi",
 )
 def _alibi_top_left(q, k, v, call):
-    return attend_modified(q, k, v, call, alibi_from_row=True)
+    def from_the_row(scores, key_lengths, **modifiers):
+        return modified_scores(scores, key_lengths=(call.tq,), **modifiers)  # position i
+
+    return attend_with(q, k, v, call, modify=from_the_row)
 
 
 @mistake(
@@ -1354,7 +1302,9 @@ def _alibi_top_left(q, k, v, call):
     modifier="sinks",
 )
 def _sink_scaled(q, k, v, call):
-    return attend_modified(q, k, v, call, sink_scaled=True)
+    return attend_with(
+        q, k, v, replace(call, sinks=tuple(s * call.resolved_scale for s in call.sinks))
+    )
 
 
 @mistake(
@@ -1365,7 +1315,7 @@ def _sink_scaled(q, k, v, call):
     modifier="sinks",
 )
 def _sink_dropped(q, k, v, call):
-    return attend_modified(q, k, v, call, sink_dropped=True)
+    return attend_with(q, k, v, replace(call, sinks=None))
 
 
 @mistake(
@@ -1377,7 +1327,8 @@ def _sink_dropped(q, k, v, call):
     modifier="sinks",
 )
 def _sink_minus_inf_as_zero(q, k, v, call):
-    return attend_modified(q, k, v, call, sink_minus_inf_as_zero=True)
+    sinks = tuple(0.0 if np.isneginf(s) else s for s in call.sinks)
+    return attend_with(q, k, v, replace(call, sinks=sinks))
 
 
 @mistake(
@@ -1388,7 +1339,7 @@ def _sink_minus_inf_as_zero(q, k, v, call):
     modifier="chunked",
 )
 def _chunk_early(q, k, v, call):
-    return attend_modified(q, k, v, call, chunk_reach=1)
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, chunk_reach=1))
 
 
 @mistake(
@@ -1399,7 +1350,7 @@ def _chunk_early(q, k, v, call):
     modifier="chunked",
 )
 def _chunk_from_row(q, k, v, call):
-    return attend_modified(q, k, v, call, chunk_from_row=True)
+    return attend_with(q, k, v, call, visible=visible_keys_of(call, chunk_from_row=True))
 
 
 def mistakes_showing_in(call: Call) -> list[Mistake]:
