@@ -92,44 +92,59 @@ def diagnose(
     showing = {m.name for *_, call in calls for m in mistakes_showing_in(call)}
     showing -= refuted_before
     listed = any(case.formula_variant.get(name) is not None for name in LISTED_KEYWORDS)
-    # A mistake that cannot show here does not explain this failure: refuted, uncomputed.
     outputs = of_family(Family.OUTPUT)
-    matched, refuted = {}, [m.name for m in outputs if m.name not in showing]
-    for mistake in (m for m in outputs if m.name in showing):
-        name = mistake.name
-        if mistake.precision is not None:
-            if UNIT_ROUNDOFF[mistake.precision] <= UNIT_ROUNDOFF[case.dtype]:
-                refuted.append(name)
-                continue
-            # The formula itself in the coarser dtype: as far from the truth as that dtype allows.
-            coarser = compare_to_oracle(
-                truth, q, k, v, dtype=mistake.precision, causal=case.causal, scale=case.scale,
-                truth=truth, **case.formula_variant,
-            )  # fmt: skip
-            allowed = coarser.allowed
-            error = largest(mismatch(out, truth))
-            # Against what that arithmetic shows, its baseline and ulp: the scores' rounding is
-            # a bound, far above it where large scores nearly tie.
-            if error < (allowed - coarser.score_floor) * PRECISION_SHOWS:
-                refuted.append(name)  # far better than that arithmetic: not what went wrong
-                continue
-        else:
-            variant = assembled(mistake, calls)
-            if listed:  # only a listed mask leaves rows that see no key in these tests
-                variant = with_empty_rows(variant, out, empty_rows)
-            if variant.shape != truth.shape or largest(mismatch(variant, truth)) <= (
-                comparison.allowed
-            ):
-                refuted.append(name)  # it gives the truth here, which the output is not
-                continue
-            error = largest(mismatch(out, variant))
-            in_dtype = functools.partial(assembled, mistake, calls, True)
-            allowed = variant_budget(comparison, variant, truth, error, in_dtype)
-        if error <= allowed:
-            matched[mistake.name] = error / allowed if allowed > 0 else 0.0
-        else:
+    exact = [m for m in outputs if m.precision is None]
+    # A mistake that cannot show here does not explain this failure: refuted, uncomputed.
+    matched, refuted = match_or_refute(
+        exact,
+        [Judged(out, truth, comparison.allowed)],
+        predicted=lambda mistake: [
+            output_variant(mistake, calls, out, empty_rows if listed else None)
+        ],
+        shows=lambda mistake: mistake.name in showing,
+        widened=lambda mistake, variant, error, allowed: widened_budget(
+            comparison, variant, error, allowed,
+            in_dtype=functools.partial(assembled, mistake, calls, True),
+        ),
+    )  # fmt: skip
+    for mistake in (m for m in outputs if m.precision is not None):
+        fraction = None
+        if mistake.name in showing:
+            fraction = precision_fraction(mistake, out, q, k, v, case=case, truth=truth)
+        if fraction is None:
             refuted.append(mistake.name)
+        else:
+            matched[mistake.name] = fraction
     return finding_of(out, truth, case, comparison, matched=matched, refuted=refuted)
+
+
+def output_variant(mistake, calls, out, empty_rows: str | None) -> np.ndarray:
+    """The output mistake's variant of the failing call's ``calls``, assembled; where the call
+    has a listed mask (the only calls with rows that see no key in these tests), its empty rows
+    as the output's declared convention writes them."""
+    variant = assembled(mistake, calls)
+    return with_empty_rows(variant, out, empty_rows) if empty_rows else variant
+
+
+def precision_fraction(mistake, out, q, k, v, *, case, truth) -> float | None:
+    """A precision mistake has no variant: the formula itself in a coarser dtype. The fraction of
+    that dtype's budget the output's error is, where it lies within it and is not far better
+    than that arithmetic shows (:data:`PRECISION_SHOWS`); None where the mistake is refuted (and
+    where the dtype is no coarser than the call's)."""
+    if UNIT_ROUNDOFF[mistake.precision] <= UNIT_ROUNDOFF[case.dtype]:
+        return None
+    coarser = compare_to_oracle(
+        truth, q, k, v, dtype=mistake.precision, causal=case.causal, scale=case.scale,
+        truth=truth, **case.formula_variant,
+    )  # fmt: skip
+    error = largest(mismatch(out, truth))
+    # Against what that arithmetic shows, its baseline and ulp: the scores' rounding is a bound,
+    # far above it where large scores nearly tie.
+    if error < (coarser.allowed - coarser.score_floor) * PRECISION_SHOWS:
+        return None  # far better than that arithmetic: not what went wrong
+    if error > coarser.allowed:
+        return None
+    return error / coarser.allowed if coarser.allowed > 0 else 0.0
 
 
 def diagnose_lse(lse, call: LseCall, *, case, comparison: Comparison) -> dict:
@@ -137,9 +152,7 @@ def diagnose_lse(lse, call: LseCall, *, case, comparison: Comparison) -> dict:
     mistakes of the log-sum-exp whose variant it matches within the budget it failed against.
     The output's mistakes are not judged on it: neither matched nor refuted."""
     judged = [Judged(lse, call.truth, comparison.allowed)]
-    matched, refuted = match_or_refute(
-        of_family(Family.LSE), call, judged, lambda variant: [variant]
-    )
+    matched, refuted = match_or_refute(of_family(Family.LSE), judged, *on(call))
     # (B, H, Tq) as a one-column output, for the localisation
     return finding_of(
         lse[..., None], call.truth[..., None], case, comparison, matched=matched, refuted=refuted
@@ -150,9 +163,7 @@ def diagnose_fp8(out, call: Fp8Call, *, truth, case, comparison: Comparison) -> 
     """The finding of a failing FP8 output: the FP8 mistakes (spec.mistakes.fp8), each in the
     arithmetic the implementation declares, whose variant it matches within its budget."""
     judged = [Judged(out, truth, comparison.allowed)]
-    matched, refuted = match_or_refute(
-        of_family(Family.FP8), call, judged, lambda variant: [variant]
-    )
+    matched, refuted = match_or_refute(of_family(Family.FP8), judged, *on(call))
     return finding_of(out, truth, case, comparison, matched=matched, refuted=refuted)
 
 
@@ -161,9 +172,7 @@ def diagnose_block(out, call: BlockCall, *, truth, case, comparison: Comparison)
     (spec.mistakes.block_scaled), each in the arithmetic the implementation declares, whose
     variant it matches within its budget."""
     judged = [Judged(out, truth, comparison.allowed)]
-    matched, refuted = match_or_refute(
-        of_family(Family.BLOCK), call, judged, lambda variant: [variant]
-    )
+    matched, refuted = match_or_refute(of_family(Family.BLOCK), judged, *on(call))
     return finding_of(out, truth, case, comparison, matched=matched, refuted=refuted)
 
 
@@ -171,7 +180,7 @@ def diagnose_block(out, call: BlockCall, *, truth, case, comparison: Comparison)
 class Judged:
     """One array of a failing answer a mistake's variant predicts: the answer's, the truth's, and
     the budget it failed against. ``at_variant_size``: the budget scales to the variant's size
-    when the answer is held to it, as an output's does (variant_budget): a variant several times
+    when the answer is held to it, as an output's does: a variant several times
     the truth (a P not normalised, a scale dropped) rounds at its own size."""
 
     answer: np.ndarray
@@ -191,31 +200,49 @@ class Judged:
         )
 
 
-def match_or_refute(mistakes, call, judged: list[Judged], predicted) -> tuple[dict, list]:
-    """({mistake: fraction of its budget} for the ``mistakes`` whose variant of ``call`` every
-    ``judged`` array matches, [the others]). ``predicted(variant)`` is the variant's arrays in
-    ``judged``'s order. A mistake is refuted where it cannot show on the call, where its variant
-    gives the truth (every array within the failed budget of it, at the truth's size), which the
-    answer is not, and where any array is off its variant by more than its budget."""
+def match_or_refute(mistakes, judged: list[Judged], predicted, shows, widened=None):
+    """({mistake: fraction of its budget} for the ``mistakes`` whose variant every ``judged``
+    array matches, [the others]). ``predicted(mistake)``: its variant's arrays in ``judged``'s
+    order; ``shows(mistake)``: whether it can differ from the truth on the call. A mistake is
+    refuted where it cannot show, where its variant is not shaped as the truth, where it gives the
+    truth (every array within the failed budget of it, at the truth's size), which the answer is
+    not, and where any array is off its variant by more than its budget. ``widened(mistake,
+    variant, error, allowed)``: the budget where ``error`` exceeds the scaled one (the output's:
+    the variant's own baseline, :func:`widened_budget`)."""
     matched, refuted = {}, []
     for mistake in mistakes:
-        if not mistake.shows(call):
+        if not shows(mistake):
             refuted.append(mistake.name)
             continue
         with np.errstate(all="ignore"):
-            variants = predicted(mistake.variant(call))
+            variants = predicted(mistake)
+        if any(np.shape(v) != np.shape(p.truth) for p, v in zip(judged, variants, strict=True)):
+            refuted.append(mistake.name)
+            continue
         distances = [
             part.distances(variant) for part, variant in zip(judged, variants, strict=True)
         ]
         if all(off <= part.allowed for part, (_, off, _) in zip(judged, distances, strict=True)):
             refuted.append(mistake.name)  # it gives the truth here
-        elif all(error <= allowed for error, _, allowed in distances):
+            continue
+        if widened is not None:
+            distances = [
+                (error, off, allowed if error <= allowed else widened(mistake, v, error, allowed))
+                for v, (error, off, allowed) in zip(variants, distances, strict=True)
+            ]
+        if all(error <= allowed for error, _, allowed in distances):
             matched[mistake.name] = max(
                 error / allowed if allowed else 0.0 for error, _, allowed in distances
             )
         else:
             refuted.append(mistake.name)
     return matched, refuted
+
+
+def on(call, arrays=lambda variant: [variant]):
+    """``predicted`` and ``shows`` of :func:`match_or_refute` for a family whose variant takes
+    the call: ``arrays(variant)`` its arrays in the judged order."""
+    return (lambda mistake: arrays(mistake.variant(call))), (lambda mistake: mistake.shows(call))
 
 
 def diagnose_merge(
@@ -231,7 +258,7 @@ def diagnose_merge(
         for got, right, c in zip((out, lse), truth, comparisons, strict=True)
     ]
     matched, refuted = match_or_refute(
-        of_family(Family.MERGE), call, judged, lambda variant: [variant[0], variant[1] * to_natural]
+        of_family(Family.MERGE), judged, *on(call, lambda v: [v[0], v[1] * to_natural])
     )
     failing = comparisons[0] if not comparisons[0].ok else comparisons[1]
     return finding_of(out, truth[0], case, failing, matched=matched, refuted=refuted)
@@ -246,7 +273,7 @@ def diagnose_gradients(grads: dict, call: GradientCall, *, case, comparisons: di
     names = list(call.truth)
     judged = [Judged(grads[n], call.truth[n], comparisons[f"d{n}"].allowed) for n in names]
     matched, refuted = match_or_refute(
-        of_family(Family.GRADIENT), call, judged, lambda variant: [variant[n] for n in names]
+        of_family(Family.GRADIENT), judged, *on(call, lambda v: [v[n] for n in names])
     )
     name = next(n for n in call.truth if not comparisons[f"d{n}"].ok)
     got, truth = grads[name], call.truth[name]
@@ -318,16 +345,15 @@ def assembled(mistake, calls, in_dtype: bool = False) -> np.ndarray:
 FAR_OFF = 1e4
 
 
-def variant_budget(comparison: Comparison, variant, truth, error: float, in_dtype) -> float:
-    """How far an output may be from a variant and still be it: the failed comparison's budget,
-    scaled to the variant's size; where ``error`` exceeds that but not by FAR_OFF, the budget
-    rule applied to the variant itself, its naive baseline the variant computed in the dtype's
-    arithmetic (``in_dtype()``): a variant can be worse conditioned than the formula (scores at
-    another scale, an accumulator never rescaled)."""
-    size = max(1.0, largest_finite(variant) / max(largest_finite(truth), 1e-300))
-    allowed = comparison.allowed * size
-    if error <= allowed or error > FAR_OFF * allowed or comparison.dtype == "float64":
+def widened_budget(comparison: Comparison, variant, error: float, allowed: float, in_dtype):
+    """How far an output may be from a variant it is more than ``allowed`` (the failed
+    comparison's budget at the variant's size) from, and still be it: where ``error`` is not
+    past FAR_OFF times that, the budget rule applied to the variant itself, its naive baseline
+    the variant computed in the dtype's arithmetic (``in_dtype()``): a variant can be worse
+    conditioned than the formula (scores at another scale, an accumulator never rescaled)."""
+    if error > FAR_OFF * allowed or comparison.dtype == "float64":
         return allowed  # float64's arithmetic is the variant's own: no baseline error
+    size = allowed / comparison.allowed if comparison.allowed else 1.0
     own = comparison.budget.baseline_factor * largest(mismatch(in_dtype(), variant))
     return max(allowed, own + comparison.floor * size)
 
