@@ -18,71 +18,67 @@ def block_mistake(name: str, text: str, hint: str, shows: Callable[[BlockCall], 
     return mistake(Family.BLOCK, name, text, hint, shows)
 
 
-def misread(call: BlockCall, **reading) -> object:
-    return call.baseline(Reading(**reading))
+def misreading(name: str, text: str, hint: str, shows: Callable[[BlockCall], bool], reading):
+    """Register mistake ``name``: the call's bytes read with the fields ``reading(call)`` gives
+    of :class:`spec.block_scaled.Reading` changed."""
+    block_mistake(name, text, hint, shows)(lambda call: call.baseline(Reading(**reading(call))))
 
 
-@block_mistake(
+misreading(
     "block-v-scaled-along-d",
     "v's MX scales applied along the head dimension, where mx_attention lays them along the keys "
     "(one per 32 keys, for the P v product)",
     "a kernel that scales v as it scales q and k (TransformerEngine PR #3379)",
     lambda call: call.convention == "mx_attention",
+    lambda call: dict(v_axis=3),
 )
-def _v_along_d(call: BlockCall):
-    return misread(call, v_axis=3)
 
 
-@block_mistake(
+misreading(
     "block-scale-from-neighbour",
     "each element takes the scale of the block after its own",
     "an off-by-one in the scale tensor's index (a row's last block reads the next row's first)",
     lambda call: True,
+    lambda call: dict(scale_block_shift=1),
 )
-def _neighbour(call: BlockCall):
-    return misread(call, scale_block_shift=1)
 
 
-@block_mistake(
+misreading(
     "block-size-misread",
     "one scale applied to 16 elements where the format's block is 32, or to 32 where it is 16",
     "NVFP4's block of 16 and MX's of 32 mixed up in a kernel that takes both",
     lambda call: True,
+    lambda call: dict(block=32 if call.format.block == 16 else 16),
 )
-def _block_size(call: BlockCall):
-    return misread(call, block=32 if call.format.block == 16 else 16)
 
 
-@block_mistake(
+misreading(
     "block-e8m0-bias-128",
     "e8m0 scales decoded with a bias of 128, not 127: every scale halved",
     "a decoder that takes e8m0 for an IEEE exponent field with its bias off by one",
     lambda call: call.format.scale == "e8m0",
+    lambda call: dict(e8m0_bias=128),
 )
-def _bias(call: BlockCall):
-    return misread(call, e8m0_bias=128)
 
 
-@block_mistake(
+misreading(
     "block-nibbles-swapped",
     "packed e2m1 read with the first element in the high nibble",
     "an unpacking written for the other nibble order (torch's float4_e2m1fn_x2 keeps the first "
     "in the low bits)",
     lambda call: call.format.packed,
+    lambda call: dict(low_first=False),
 )
-def _nibbles(call: BlockCall):
-    return misread(call, low_first=False)
 
 
-@block_mistake(
+misreading(
     "block-global-scale-dropped",
     "NVFP4's float32 global scales never applied: each block's e4m3 scale taken as the whole",
     "a wrapper that does not pass the global scale on (or folds it into the softmax scale and "
     "forgets v's)",
     lambda call: call.format.global_scale,
+    lambda call: dict(global_scales=False),
 )
-def _global(call: BlockCall):
-    return misread(call, global_scales=False)
 
 
 @block_mistake(

@@ -232,6 +232,18 @@ def mistake(name: str, text: str, hint: str, shows: Callable[[Call], bool], **op
     return register(Family.OUTPUT, name, text, hint, shows, **options)
 
 
+def formula_with(name: str, text: str, hint: str, shows: Callable[[Call], bool], *,
+                 changes=None, steps=None, **options) -> None:  # fmt: skip
+    """Register output mistake ``name``: the formula on the call with the fields ``changes(call)``
+    gives changed, and the steps ``steps(call)`` gives replaced (:func:`attend_with`)."""
+
+    def variant(q, k, v, call):
+        changed = call if changes is None else replace(call, **changes(call))
+        return attend_with(q, k, v, changed, **({} if steps is None else steps(call)))
+
+    mistake(name, text, hint, shows, **options)(variant)
+
+
 def _decodes_or_prefills_unequal(call: Call) -> bool:
     return call.causal and any(queries != keys for queries, keys in call.lengths)
 
@@ -243,54 +255,49 @@ def _has_future(call: Call) -> bool:
 # Masking
 
 
-@mistake(
+formula_with(
     "mask-top-left",
     "causal mask aligned top-left: query row i sees keys 0..i whatever Tk",
     "tril(ones(Tq, Tk)) instead of aligning to the last key (as PyTorch's is_causal)",
     _decodes_or_prefills_unequal,
+    steps=lambda call: dict(visible=visible_keys_of(call, aligned="top-left")),
 )
-def _top_left(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(call, aligned="top-left"))
 
 
-@mistake(
+formula_with(
     "mask-missing",
     "no causal mask: every query row sees every key, the future included",
     "the causal flag accepted but never passed down to the kernel",
     _has_future,
+    steps=lambda call: dict(visible=visible_keys_of(replace(call, causal=False))),
 )
-def _no_mask(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(replace(call, causal=False)))
 
 
-@mistake(
+formula_with(
     "mask-on-non-causal-call",
     "the causal mask applied to a call with causal=False",
     "a decoder-only kernel exposed under a general signature",
     lambda call: not call.causal and call.tq > 1,
+    steps=lambda call: dict(visible=visible_keys_of(replace(call, causal=True))),
 )
-def _always_causal(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(replace(call, causal=True)))
 
 
-@mistake(
+formula_with(
     "mask-excludes-diagonal",
     "the mask hides the query's own key too: j < i where j <= i belongs",
     "reading 'must not see the future' as 'must not see itself'",
     lambda call: call.causal,
+    steps=lambda call: dict(visible=visible_keys_of(call, reach=-1)),
 )
-def _diagonal_hidden(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(call, reach=-1))
 
 
-@mistake(
+formula_with(
     "mask-one-ahead",
     "the mask lets query i see key i + 1: j <= i + 1 where j <= i belongs",
     "an off-by-one in the diagonal offset of tril or of a tile's mask",
     _has_future,
+    steps=lambda call: dict(visible=visible_keys_of(call, reach=1)),
 )
-def _one_ahead(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(call, reach=1))
 
 
 @mistake(
@@ -357,98 +364,89 @@ def _default_scale(call: Call) -> bool:
     return call.scale is None
 
 
-@mistake(
+formula_with(
     "scale-value-dim",
     "scores scaled by 1/sqrt(Dv), v's head dim, instead of 1/sqrt(D)",
     "d_k read off the value tensor: right while Dv = D",
     lambda call: _default_scale(call) and call.value_dim != call.head_dim,
+    steps=lambda call: dict(scale=call.value_dim**-0.5),
 )
-def _scale_value_dim(q, k, v, call):
-    return attend_with(q, k, v, call, scale=call.value_dim**-0.5)
 
 
-@mistake(
+formula_with(
     "scale-model-width",
     "scores scaled by 1/sqrt(H * D), the model width, instead of the head's 1/sqrt(D)",
     "code written for one head and split into heads without revisiting the scale",
     lambda call: _default_scale(call) and call.heads > 1,
+    steps=lambda call: dict(scale=(call.heads * call.head_dim) ** -0.5),
 )
-def _scale_model_width(q, k, v, call):
-    return attend_with(q, k, v, call, scale=(call.heads * call.head_dim) ** -0.5)
 
 
-@mistake(
+formula_with(
     "scale-one-over-d",
     "scores scaled by 1/D instead of 1/sqrt(D)",
     "'divide by the dimension' read in prose (at the default scale, the same as scaling twice)",
     lambda call: _default_scale(call) and call.head_dim != 1,
+    steps=lambda call: dict(scale=1 / call.head_dim),
 )
-def _scale_one_over_d(q, k, v, call):
-    return attend_with(q, k, v, call, scale=1 / call.head_dim)
 
 
-@mistake(
+formula_with(
     "scale-constant",
     "the scale hard-coded to 0.125 = 1/sqrt(64)",
     "a kernel written for d_k = 64 reused for another head size",
     lambda call: _default_scale(call) and call.head_dim != 64,
+    steps=lambda call: dict(scale=0.125),
 )
-def _scale_constant(q, k, v, call):
-    return attend_with(q, k, v, call, scale=0.125)
 
 
 def _padded_width(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
-@mistake(
+formula_with(
     "scale-padded-head-dim",
     "the scale taken from the head dim padded to a power of two (at least 16)",
     "the head dim padded for tensor cores before the scale was computed from it",
     lambda call: _default_scale(call) and _padded_width(call.head_dim) != call.head_dim,
+    steps=lambda call: dict(scale=_padded_width(call.head_dim) ** -0.5),
 )
-def _scale_padded(q, k, v, call):
-    return attend_with(q, k, v, call, scale=_padded_width(call.head_dim) ** -0.5)
 
 
-@mistake(
+formula_with(
     "scale-missing",
     "scores not scaled at all",
     "a code path (often the one for a single query row) that skips the multiply",
     lambda call: call.resolved_scale != 1,
+    steps=lambda call: dict(scale=1.0),
 )
-def _scale_missing(q, k, v, call):
-    return attend_with(q, k, v, call, scale=1.0)
 
 
-@mistake(
+formula_with(
     "scale-missing-at-decode",
     "scores not scaled when the call has a single query row (a decoding step)",
     "a separate fast path for Tq = 1 that skips the multiply the main path does",
     lambda call: call.tq == 1 and call.resolved_scale != 1,
+    steps=lambda call: dict(scale=1.0 if call.tq == 1 else None),
 )
-def _scale_missing_at_decode(q, k, v, call):
-    return attend_with(q, k, v, call, scale=1.0 if call.tq == 1 else None)
 
 
-@mistake(
+formula_with(
     "scale-twice",
     "the scale applied twice: to q up front and to the scores again",
     "a refactor that moved the scale without removing the old multiply",
     lambda call: call.resolved_scale != 1,
+    steps=lambda call: dict(scale=call.resolved_scale**2),
 )
-def _scale_twice(q, k, v, call):
-    return attend_with(q, k, v, call, scale=call.resolved_scale**2)
 
 
-@mistake(
+formula_with(
     "scale-explicit-ignored",
     "an explicit scale ignored: 1/sqrt(D) used whatever the caller passed",
     "a wrapper that accepts scale and forgets to pass it down",
     lambda call: call.scale is not None and call.scale != call.head_dim**-0.5,
+    steps=lambda call: dict(scale=call.head_dim**-0.5),
 )
-def _scale_explicit_ignored(q, k, v, call):
-    return attend_with(q, k, v, call, scale=call.head_dim**-0.5)
 
 
 # Softmax
@@ -578,26 +576,22 @@ def _row_sum_in_float16(q, k, v, call):
     return attend_with(q, k, v, call, weights_of=weights)
 
 
-@mistake(
+formula_with(
     "float16-inside",
     "probabilities or the row sum held in float16: the output only as good as float16 arithmetic",
     "P fed to a half-precision matmul, or a float16 accumulator, in a float32 or float64 kernel",
     _finer_than_float16,
     precision="float16",
 )
-def _float16_inside(q, k, v, call):
-    return attend_with(q, k, v, call)
 
 
-@mistake(
+formula_with(
     "float32-inside",
     "float64 in and out, float32 arithmetic inside",
     "a float32 kernel behind a float64 signature, or a float32 accumulator",
     lambda call: call.dtype == "float64",
     precision="float32",
 )
-def _float32_inside(q, k, v, call):
-    return attend_with(q, k, v, call)
 
 
 # Heads and batch items
@@ -607,14 +601,13 @@ def _grouped_heads(call: Call) -> bool:
     return 1 < call.kv_heads < call.heads
 
 
-@mistake(
+formula_with(
     "gqa-heads-modulo",
     "query head h reads key/value head h % Hkv instead of h // g",
     "np.tile where np.repeat belongs, or a head index taken modulo",
     _grouped_heads,
+    steps=lambda call: dict(key_heads=lambda heads, kv: np.arange(heads) % kv),
 )
-def _gqa_modulo(q, k, v, call):
-    return attend_with(q, k, v, call, key_heads=lambda heads, kv: np.arange(heads) % kv)
 
 
 @mistake(
@@ -630,14 +623,13 @@ def _gqa_swapped(q, k, v, call):
     return attend_with(q, k, v, call, key_heads=swapped)
 
 
-@mistake(
+formula_with(
     "values-of-head-0",
     "every query head reads head 0's values",
     "the value pointer not advanced by the head index",
     lambda call: call.kv_heads > 1,
+    steps=lambda call: dict(value_heads=lambda heads, kv: np.zeros(heads, int)),
 )
-def _values_head_0(q, k, v, call):
-    return attend_with(q, k, v, call, value_heads=lambda heads, kv: np.zeros(heads, int))
 
 
 @mistake(
@@ -701,34 +693,31 @@ def _reshape_for_transpose(q, k, v, call):
 # Windows
 
 
-@mistake(
+formula_with(
     "window-one-key-too-wide",
     "the window keeps keys p - w - 1 .. p: one key too many",
     "a <= where a < belongs at the window's lower edge",
     lambda call: call.window is not None,
+    steps=lambda call: dict(visible=visible_keys_of(call, window=call.window + 1)),
 )
-def _window_wide(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(call, window=call.window + 1))
 
 
-@mistake(
+formula_with(
     "window-of-w-keys",
     "the window keeps w keys, the query's own included, instead of w + 1",
     "FlashAttention's window_size w read as Mistral's sliding_window W",
     lambda call: call.window is not None,
+    steps=lambda call: dict(visible=visible_keys_of(call, window=call.window - 1)),
 )
-def _window_narrow(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(call, window=call.window - 1))
 
 
-@mistake(
+formula_with(
     "window-from-row-index",
     "the window measured back from the row index i instead of the position i + Tk - Tq",
     "the prefill formula reused for decoding against a cache",
     lambda call: call.window is not None and _decodes_or_prefills_unequal(call),
+    steps=lambda call: dict(visible=visible_keys_of(call, window_from_row=True)),
 )
-def _window_rows(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(call, window_from_row=True))
 
 
 # Custom masks
@@ -748,14 +737,13 @@ def _custom_mask_of_first(axis: str):
                                                        else g.head * 0}), o)  # fmt: skip
 
 
-@mistake(
+formula_with(
     "custom-mask-ignored",
     "the attn_mask accepted but never applied: each row sees every key the causal mask leaves",
     "a mask argument dropped on one path of the kernel (SGLang PR #20278: EAGLE's tree mask)",
     lambda call: call.attn_mask is not None and not call.attn_mask.all(),
+    steps=lambda call: dict(visible=visible_keys_of(call, instead={"attn_mask": None})),
 )
-def _custom_mask_ignored(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"attn_mask": None}))
 
 
 def _custom_mask_of_first_mistake(axis: str, index: int, text: str, hint: str) -> None:
@@ -780,25 +768,23 @@ _custom_mask_of_first_mistake(
 )  # fmt: skip
 
 
-@mistake(
+formula_with(
     "custom-mask-without-causal",
     "the attn_mask applied instead of the causal mask, not with it: masked rows see the future",
     "PyTorch's SDPA takes attn_mask or is_causal, not both; a kernel passing the mask alone",
     lambda call: call.causal and call.attn_mask is not None and call.tq > 1,
+    steps=lambda call: dict(visible=visible_keys_of(call, instead={"causal": None})),
 )
-def _custom_mask_without_causal(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"causal": None}))
 
 
-@mistake(
+formula_with(
     "tree-mask-ignored",
     "the draft tree ignored: each draft sees every earlier draft, as in plain causal attention",
     "the tree mask dropped on one path, so speculative decoding verifies garbage (SGLang PR "
     "#20278: EAGLE)",
     lambda call: call.tree_mask is not None and call.tq > 1,
+    steps=lambda call: dict(visible=visible_keys_of(call, instead={"tree_mask": None})),
 )
-def _tree_mask_ignored(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"tree_mask": None}))
 
 
 @mistake(
@@ -878,7 +864,7 @@ def _empty_slot_as_key_0(q, k, v, call):
     return attend_with(q, k, v, call, visible=visible_keys_of(call, instead={"kv_indices": sees}))
 
 
-@mistake(
+formula_with(
     "sparse-past-topk-read",
     "the slots past topk_length read as if they counted",
     "the lanes beyond topk_length not set to -1 before the gather (FlashInfer #5095)",
@@ -887,9 +873,8 @@ def _empty_slot_as_key_0(q, k, v, call):
         and call.topk_length is not None
         and min(call.topk_length) < call.kv_indices.shape[-1]
     ),
+    steps=lambda call: dict(visible=visible_keys_of(replace(call, topk_length=None))),
 )
-def _past_topk_read(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(replace(call, topk_length=None)))
 
 
 @mistake(
@@ -912,7 +897,7 @@ def _duplicates_counted(q, k, v, call):
     return attend_with(q, k, v, call, weights_of=weights)
 
 
-@mistake(
+formula_with(
     "sparse-duplicates-collapsed",
     "a key listed twice in a row weighs once, where the declared convention counts each slot",
     "duplicates removed before the gather (a set, FlashAttention 4's reference) in a kernel that "
@@ -922,33 +907,30 @@ def _duplicates_counted(q, k, v, call):
         and call.sparse_duplicates == "count"
         and bool((listed_counts(call) > 1).any())
     ),
+    changes=lambda call: dict(sparse_duplicates=None),
 )
-def _duplicates_collapsed(q, k, v, call):
-    return attend_with(q, k, v, replace(call, sparse_duplicates=None))
 
 
 def _lists_blocks(call: Call) -> bool:
     return call.kv_indices is not None and (call.kv_block_size or 1) > 1
 
 
-@mistake(
+formula_with(
     "sparse-block-index-as-key",
     "each index of kv_indices read as one key, not as the block of kv_block_size keys it names",
     "a token-sparse gather reused for block indices, the block size taken but never applied",
     _lists_blocks,
+    steps=lambda call: dict(visible=visible_keys_of(replace(call, kv_block_size=None))),
 )
-def _block_index_as_key(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(replace(call, kv_block_size=None)))
 
 
-@mistake(
+formula_with(
     "sparse-blocks-of-64",
     "blocks read as 64 keys each, whatever kv_block_size the call gives",
     "a block size fixed at native sparse attention's default (64) in the kernel's tiling",
     lambda call: _lists_blocks(call) and call.kv_block_size != 64,
+    steps=lambda call: dict(visible=visible_keys_of(replace(call, kv_block_size=64))),
 )
-def _blocks_of_64(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(replace(call, kv_block_size=64)))
 
 
 def _whole_blocks_end(call: Call) -> int:
@@ -989,37 +971,33 @@ def _padding_unmasked(q, k, v, call):
     )
 
 
-@mistake(
+formula_with(
     "padding-values-weighted-zero",
     "the padding given weight 0 but its values multiplied anyway: 0 x NaN is NaN",
     "P @ V over the whole padded V instead of the item's first L_b rows",
     lambda call: call.has_padding,
     per_sequence=False,
+    steps=lambda call: dict(zero_padding=False),
 )
-def _padding_times_zero(q, k, v, call):
-    return attend_with(q, k, v, call, zero_padding=False)
 
 
-@mistake(
+formula_with(
     "key-lengths-ignored-in-offset",
     "query row i placed at i + Tk - Tq, the padded length's offset, instead of i + L_b - Tq",
     "the causal offset computed from the padded shape, not the item's own length",
     lambda call: call.has_padding and call.causal,
     per_sequence=False,
+    steps=lambda call: dict(visible=visible_keys_of(call, aligned="padded")),
 )
-def _padded_offset(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(call, aligned="padded"))
 
 
-@mistake(
+formula_with(
     "packed-boundaries-ignored",
     "packed sequences attended as one long causal sequence",
     "cu_seqlens accepted, but the mask built for the packed tokens as a whole",
     lambda call: call.cu_seqlens_q is not None and len(call.cu_seqlens_q) > 2,
     per_sequence=False,
 )
-def _packed_whole(q, k, v, call):
-    return attend_with(q, k, v, call)
 
 
 @mistake(
@@ -1269,15 +1247,14 @@ def _softcap_before_scale(q, k, v, call):
     return attend_with(q, k, v, replace(call, softcap=call.softcap * call.resolved_scale))
 
 
-@mistake(
+formula_with(
     "alibi-wrong-sign",
     "ALiBi's bias added with the wrong sign: +m_h * |p - j| favours distant keys",
     "a slope table stored negative and then subtracted",
     _has("alibi_slopes"),
     modifier="alibi",
+    changes=lambda call: dict(alibi_slopes=tuple(-m for m in call.alibi_slopes)),
 )
-def _alibi_wrong_sign(q, k, v, call):
-    return attend_with(q, k, v, replace(call, alibi_slopes=tuple(-m for m in call.alibi_slopes)))
 
 
 @mistake(
@@ -1307,15 +1284,14 @@ def _sink_scaled(q, k, v, call):
     )
 
 
-@mistake(
+formula_with(
     "sink-dropped",
     "the sink logits accepted and ignored: plain attention, every row's weights summing to 1",
     "a backend or wrapper that does not forward the argument",
     lambda call: call.sinks is not None and any(np.isfinite(s) for s in call.sinks),
     modifier="sinks",
+    changes=lambda call: dict(sinks=None),
 )
-def _sink_dropped(q, k, v, call):
-    return attend_with(q, k, v, replace(call, sinks=None))
 
 
 @mistake(
@@ -1331,26 +1307,24 @@ def _sink_minus_inf_as_zero(q, k, v, call):
     return attend_with(q, k, v, replace(call, sinks=sinks))
 
 
-@mistake(
+formula_with(
     "chunk-one-key-early",
     "each chunk also sees the last key of the chunk before it",
     "a chunk start of p // C * C - 1, or a <= where < belongs",
     lambda call: call.chunk is not None and call.tk > call.chunk,
     modifier="chunked",
+    steps=lambda call: dict(visible=visible_keys_of(call, chunk_reach=1)),
 )
-def _chunk_early(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(call, chunk_reach=1))
 
 
-@mistake(
+formula_with(
     "chunk-from-row-index",
     "chunks cut at the row index i, not at the query's position i + Tk - Tq",
     "the chunk mask written for prefill: in decoding the query's chunk is the first one",
     lambda call: call.chunk is not None and _unequal_lengths(call),
     modifier="chunked",
+    steps=lambda call: dict(visible=visible_keys_of(call, chunk_from_row=True)),
 )
-def _chunk_from_row(q, k, v, call):
-    return attend_with(q, k, v, call, visible=visible_keys_of(call, chunk_from_row=True))
 
 
 def mistakes_showing_in(call: Call) -> list[Mistake]:

@@ -103,6 +103,14 @@ def recomputed_backward(
 # --- score modifiers -----------------------------------------------------------------------------
 
 
+def recomputed_with(name: str, text: str, hint: str, shows: Callable, changes):
+    """Register mistake ``name``: the backward's P recomputed with the forward's options that
+    ``changes(call)`` gives changed (:func:`recomputed_backward`)."""
+    gradient_mistake(name, text, hint, shows)(
+        lambda call: recomputed_backward(call, **changes(call))
+    )
+
+
 @gradient_mistake(
     "grad-softcap-no-dtanh",
     "the softcap's derivative dropped: dS taken as the capped scores' gradient, without "
@@ -121,14 +129,13 @@ def _softcap_no_dtanh(call: GradientCall):
     )  # fmt: skip
 
 
-@gradient_mistake(
+recomputed_with(
     "grad-bias-left-out",
     "ALiBi's bias left out of the P the backward recomputes from the lse",
     "the bias added in the forward's score loop and not in the backward's (mlx PR #2909)",
     lambda call: call.get("alibi_slopes") is not None and not call.packed,
+    lambda call: dict(alibi_slopes=None),
 )
-def _bias_left_out(call: GradientCall):
-    return recomputed_backward(call, alibi_slopes=None)
 
 
 @gradient_mistake(
@@ -157,14 +164,13 @@ def _sink_not_differentiated(call: GradientCall):
 # --- masks ---------------------------------------------------------------------------------------
 
 
-@gradient_mistake(
+recomputed_with(
     "grad-window-one-wider",
     "the backward's window one key wider than the forward's: P recomputed over w + 1 keys back",
     "the window's bound written <= in one kernel and < in the other",
     lambda call: call.get("window") is not None and not call.packed,
+    lambda call: dict(window=call.get("window") + 1),
 )
-def _window_one_wider(call: GradientCall):
-    return recomputed_backward(call, window=call.get("window") + 1)
 
 
 @gradient_mistake(
@@ -180,15 +186,14 @@ def _window_not_causal(call: GradientCall):
     return recomputed_backward(call, hidden=ahead, causal=False)
 
 
-@gradient_mistake(
+recomputed_with(
     "grad-custom-mask-ignored",
     "the backward's P recomputed without the attn_mask: keys the forward hid get gradients",
     "the mask passed to the forward kernel and not to the backward's (FlexAttention's block "
     "mask built for the forward alone)",
     lambda call: call.get("attn_mask") is not None and not call.packed,
+    lambda call: dict(attn_mask=None),
 )
-def _custom_mask_ignored(call: GradientCall):
-    return recomputed_backward(call, attn_mask=None)
 
 
 @gradient_mistake(
