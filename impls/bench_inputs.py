@@ -95,11 +95,13 @@ BLOCK_QUERY_DTYPE = "bfloat16"  # an FP4 key/value cache's q: the 16 bits its ke
 
 
 def fresh_block_call(
-    seed: int, dims: tuple[int, int, int, int, int, int], fmt: str, query_dtype: str | None = None
-) -> BlockCall:
+    seed: int, dims: tuple[int, int, int, int, int, int], fmt: str, query_dtype: str | None = None,
+    value_dim: int | None = None,
+) -> BlockCall:  # fmt: skip
     """A block-scaled call's inputs for ``dims``: drawn as :func:`fresh_inputs` draws float32
     ones, then quantized by the format's recipe (spec.block_scaled.quantize_call) in its
     convention: MXFP8 attention's, or an FP4 key/value cache's with q in ``query_dtype``
-    (BLOCK_QUERY_DTYPE where None)."""
-    q, k, v = fresh_inputs(seed, dims, "float32")
+    (BLOCK_QUERY_DTYPE where None), or a latent cache's of k's rotary part and v (``value_dim``
+    wide: k's first columns, MLA's) with q in ``query_dtype``."""
+    q, k, v = fresh_inputs(seed, dims, "float32", value_dim=value_dim)
     return quantize_call(q, k, v, convention_of(fmt), fmt, query_dtype or BLOCK_QUERY_DTYPE)

@@ -19,7 +19,9 @@ from impls.validation import AttentionInputError, validate_inputs
 from spec.block_scaled import (
     BLOCK_FORMATS,
     BLOCK_KEYWORDS,
+    CACHE_LAYOUTS,
     GLOBAL_SCALE_KEYWORDS,
+    LAYOUT_KEYWORD,
     BlockShapeError,
     block_format,
     scale_shape,
@@ -30,11 +32,64 @@ from spec.masks import host_values
 CONVENTION_KEYWORDS = {
     "mx_attention": ("q_block_scales", "k_block_scales", "v_block_scales"),
     "fp4_cache": ("k_block_scales", "v_block_scales"),
+    "mla_fp8_cache": (LAYOUT_KEYWORD,),
 }
 
 
 def is_block_scaled_call(keywords: dict) -> bool:
     return any(name in keywords for name in BLOCK_KEYWORDS)
+
+
+def call_convention(keywords: dict) -> str:
+    """The block-scaled convention a call's keywords name."""
+    if LAYOUT_KEYWORD in keywords:
+        return "mla_fp8_cache"
+    return "mx_attention" if "q_block_scales" in keywords else "fp4_cache"
+
+
+def checked_latent_cache(capabilities, q, k, v, causal, scale, keywords: dict,
+                         dtype_name: Callable) -> str:  # fmt: skip
+    """The layout of a latent cache's call (mla_fp8_cache), after its checks: a declared layout
+    named and nothing else, q in a declared query dtype, k and v the same shape of uint8 bytes a
+    token as the layout has, q's D the layout's key width."""
+    others = sorted(set(keywords) - {LAYOUT_KEYWORD})
+    if others:
+        raise AttentionInputError(
+            f"an mla_fp8_cache call takes {LAYOUT_KEYWORD} and nothing else; unexpected {others}"
+        )
+    fmt = keywords[LAYOUT_KEYWORD]
+    if fmt not in CACHE_LAYOUTS:
+        raise AttentionInputError(
+            f"{LAYOUT_KEYWORD}={fmt!r}, but should be one of {', '.join(CACHE_LAYOUTS)}"
+        )
+    if fmt not in capabilities.block_formats:
+        raise AttentionInputError(f"the {fmt} block format is not declared")
+    layout = CACHE_LAYOUTS[fmt]
+    if dtype_name(q) not in capabilities.fp8_queries:
+        raise AttentionInputError(
+            f"q.dtype={dtype_name(q)}, but should be one of {', '.join(capabilities.fp8_queries)}"
+        )
+    for name, x in (("k", k), ("v", v)):
+        if dtype_name(x) != "uint8" or len(x.shape) != 4 or x.shape[-1] != layout.token_bytes:
+            raise AttentionInputError(
+                f"{name} of shape {tuple(x.shape)} and dtype {dtype_name(x)}, but should be the "
+                f"{fmt} cache's bytes: uint8 (B, Hkv, Tk, {layout.token_bytes})"
+            )
+    if tuple(k.shape) != tuple(v.shape):
+        raise AttentionInputError(
+            f"k.shape={tuple(k.shape)} and v.shape={tuple(v.shape)}, but a latent cache's k and v "
+            "are the same cache: its values are its keys' latent part"
+        )
+    width = layout.latent + layout.rope
+    if q.shape[-1] != width:
+        raise AttentionInputError(
+            f"q's head dimension is {q.shape[-1]}, but the {fmt} cache's keys have {width} "
+            f"({layout.latent} latent and {layout.rope} rotary values)"
+        )
+    logical = [np.broadcast_to(np.float32(0), (*x.shape[:-1], n))
+               for x, n in ((q, width), (k, width), (v, layout.latent))]  # fmt: skip
+    validate_inputs(*logical, causal=causal, scale=scale, gqa=True)
+    return fmt
 
 
 def call_format(convention: str, q, k, keywords: dict, dtype_name: Callable) -> str:
@@ -58,9 +113,12 @@ def checked_block_call(
 ) -> tuple[str, str]:  # fmt: skip
     """(convention, format) of a block-scaled call, after the checks its entry point makes; an
     AttentionInputError names the first thing wrong."""
-    convention = "mx_attention" if "q_block_scales" in keywords else "fp4_cache"
+    convention = call_convention(keywords)
     if convention not in capabilities.block_conventions:
         raise AttentionInputError(f"the {convention} block-scaled convention is not declared")
+    if convention == "mla_fp8_cache":
+        return convention, checked_latent_cache(capabilities, q, k, v, causal, scale, keywords,
+                                                dtype_name)  # fmt: skip
     fmt = call_format(convention, q, k, keywords, dtype_name)
     spec = block_format(fmt)
     if fmt not in capabilities.block_formats:

@@ -211,7 +211,7 @@ class Capabilities:
     fp8_query_dtypes: tuple[str, ...] | None = None
     # Block-scaled inputs (spec.block_scaled): the conventions it takes (BLOCK_CONVENTIONS), the
     # formats (BLOCK_FORMATS), where it rounds P (P_ROUNDINGS: MXFP8 kernels round it to e4m3 at
-    # 2^8, "e4m3_offset8") and the dtype of mx_attention's output (fp4_cache's is q's, one of
+    # 2^8, "e4m3_offset8") and the dtype of mx_attention's output (the caches' is q's, one of
     # fp8_queries)
     block_scaled: bool = False
     block_conventions: tuple[str, ...] = tuple(BLOCK_CONVENTIONS)

@@ -352,7 +352,8 @@ def fp8_declaration(fn: Callable, accepted: set[str]) -> dict:
 def block_declaration(fn: Callable, accepted: set[str]) -> dict:
     """A plain callable's block-scaled declaration: a convention by accepting its keywords
     (q_block_scales, k_block_scales, v_block_scales for mx_attention; k_block_scales and
-    v_block_scales for fp4_cache, with k_global_scale and v_global_scale for NVFP4), the rest as
+    v_block_scales for fp4_cache, with k_global_scale and v_global_scale for NVFP4;
+    kv_cache_layout for mla_fp8_cache), the rest as
     attributes, as in fn.block_conventions = ("mx_attention",), fn.block_formats =
     ("mxfp8_e4m3",), fn.block_p = "e4m3_offset8", fn.block_output = "bfloat16"; their defaults
     are Capabilities'."""

@@ -13,7 +13,7 @@ import numpy as np
 
 from impls.block_scaled_calls import checked_block_call
 from impls.numpy_fp8 import as_output
-from spec.block_scaled import BlockCall, output_dtype
+from spec.block_scaled import LAYOUT_KEYWORD, BlockCall, output_dtype
 from spec.masks import host_values
 
 
@@ -21,7 +21,9 @@ def dequantized_operands(capabilities, q, k, v, *, causal, scale, **keywords):
     """(the call's q, k, v dequantized to float32, the dtype it returns)."""
     convention, fmt = checked_block_call(capabilities, q, k, v, causal, scale, keywords)
     stored = [x if x.dtype == np.uint8 else x.astype(np.float64) for x in (q, k, v)]
-    scales = {name: host_values(value) for name, value in keywords.items()}
+    # the scales' bytes; a latent cache's are in its tokens, its layout named by the format
+    scales = {name: host_values(value) for name, value in keywords.items()
+              if name != LAYOUT_KEYWORD}  # fmt: skip
     call = BlockCall(convention, fmt, *stored, scales)
     operands = [x.astype(np.float32) for x in call.dequantized()]
     return operands, output_dtype(convention, q.dtype.name, capabilities.block_output)

@@ -1,8 +1,9 @@
 """``torch_eager``'s block-scaled calls (spec.block_scaled), decoded in PyTorch: e8m0 and e4m3fn
 scale bytes viewed as torch's own dtypes, packed e2m1 unpacked by shifts and a table, each scale
 repeated over its block along its axis (the keys for mx_attention's v, the head dimension
-otherwise), times NVFP4's global scale; then the formula in float32, P kept in float32. The
-output in bfloat16 under mx_attention, in q's dtype under fp4_cache. The entry point's checks
+otherwise), times NVFP4's global scale; a latent cache's tokens read part by part; then the
+formula in float32, P kept in float32. The output in bfloat16 under mx_attention, in q's dtype
+under the caches' conventions. The entry point's checks
 are every family's (impls.block_scaled_calls).
 """
 
@@ -11,7 +12,13 @@ from __future__ import annotations
 from impls.block_scaled_calls import checked_block_call
 from impls.torch_arrays import repeated_heads, torch, torch_dtype_name
 from impls.torch_fp8 import softmax_times_values
-from spec.block_scaled import E2M1_VALUES, block_format, output_dtype, scale_axis
+from spec.block_scaled import (
+    CACHE_LAYOUTS,
+    E2M1_VALUES,
+    block_format,
+    output_dtype,
+    scale_axis,
+)
 from spec.formula import resolve_scale
 
 
@@ -21,7 +28,12 @@ def block_scaled_attention(capabilities, q, k, v, *, causal, scale, **keywords):
                                          dtype_name=torch_dtype_name)  # fmt: skip
     spec = block_format(fmt)
     operands = {}
+    if convention == "mla_fp8_cache":
+        operands["q"] = q.to(torch.float32)
+        operands["k"], operands["v"] = latent_operands(k, fmt)
     for name, x in zip("qkv", (q, k, v), strict=True):
+        if name in operands:
+            continue
         if name == "q" and convention == "fp4_cache":
             operands[name] = x.to(torch.float32)
             continue
@@ -37,6 +49,21 @@ def block_scaled_attention(capabilities, q, k, v, *, causal, scale, **keywords):
     out = softmax_times_values(scores, values, causal)
     dtype = output_dtype(convention, torch_dtype_name(q), capabilities.block_output)
     return out.to(getattr(torch, dtype))
+
+
+def latent_operands(cache, fmt: str):
+    """(keys, values) of a latent cache's bytes (B, Hkv, Tk, token_bytes), float32: each latent
+    element (e4m3fn) times its block's float32 scale, then the bfloat16 rotary part, each part's
+    bytes viewed as torch's own dtype (the machine's byte order, little endian where torch runs)."""
+    layout = CACHE_LAYOUTS[fmt]
+    parts = (slice(0, layout.latent), slice(layout.latent, layout.rope_offset),
+             slice(layout.rope_offset, layout.token_bytes))  # fmt: skip
+    elements, scales, rope = (cache[..., part].contiguous() for part in parts)
+    block = block_format(fmt).block
+    latent = elements.view(torch.float8_e4m3fn).to(torch.float32)
+    latent = latent * scales.view(torch.float32).repeat_interleave(block, dim=-1)
+    rope = rope.view(torch.bfloat16).to(torch.float32)
+    return torch.cat([latent, rope], dim=-1), latent
 
 
 def scale_values(codes, scale_format: str, device):

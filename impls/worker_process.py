@@ -360,7 +360,7 @@ def bench_call(
     impls.bench_inputs.fresh_block_call (an FP4 cache's q in ``query_dtype`` where given), its
     scales among the keywords."""
     if dtype in BLOCK_FORMATS:
-        block_call = fresh_block_call(seed, dims, dtype, query_dtype)
+        block_call = fresh_block_call(seed, dims, dtype, query_dtype, value_dim)
         stored = (block_call.q, block_call.k, block_call.v)
         dtypes = stored_dtypes(block_call.convention, dtype, query_dtype or BLOCK_QUERY_DTYPE)
         arrays = tuple(InputArray(x, d) for x, d in zip(stored, dtypes, strict=True))

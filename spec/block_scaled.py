@@ -108,7 +108,7 @@ class BlockFormat:
 
     @property
     def global_scale(self) -> bool:
-        return self.scale != "e8m0"
+        return self.scale == "float8_e4m3fn"
 
     @property
     def packed(self) -> bool:
@@ -139,8 +139,40 @@ BLOCK_FORMATS: dict[str, BlockFormat] = {
                     "float32 global scale per tensor (FlashInfer's NVFP4 key/value cache)"),
         BlockFormat("mxfp4", "e2m1", 32, "e8m0",
                     "OCP MXFP4: e2m1 elements two a byte, one e8m0 scale per 32"),
+        BlockFormat("deepseek_v32", "float8_e4m3fn", 128, "float32",
+                    "DeepSeek V3.2's FP8 MLA cache (FlashMLA): 656 bytes a token, its 512 latent "
+                    "values in e4m3fn, one power-of-two float32 scale per 128 of them, then its "
+                    "64 rotary values in bfloat16, unquantized"),
     )
 }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """A multi-head latent attention cache that stores each token as one run of bytes: its latent
+    vector in the format's elements, one scale per block of them, then its rotary part in
+    bfloat16, left unquantized. A key is the latent and the rotary part (D = latent + rope); a
+    value is the latent alone (Dv = latent)."""
+
+    format: str  # a BLOCK_FORMATS name
+    latent: int
+    rope: int
+    scale_bytes: int  # each scale's
+
+    @property
+    def scales(self) -> int:
+        return self.latent // block_format(self.format).block
+
+    @property
+    def rope_offset(self) -> int:
+        return self.latent + self.scales * self.scale_bytes
+
+    @property
+    def token_bytes(self) -> int:
+        return self.rope_offset + 2 * self.rope
+
+
+CACHE_LAYOUTS = {"deepseek_v32": CacheLayout("deepseek_v32", latent=512, rope=64, scale_bytes=4)}
 
 
 def block_format(name: str) -> BlockFormat:
@@ -162,23 +194,35 @@ BLOCK_CONVENTIONS: dict[str, str] = {
     "along D, each token's own; NVFP4 (n = 16, e4m3fn bytes) where the call gives the float32 "
     "k_global_scale and v_global_scale, MXFP4 (n = 32, e8m0 bytes) where it does not; the "
     "output in q's dtype",
+    "mla_fp8_cache": "DeepSeek's FP8 cache of multi-head latent attention (FlashMLA): q (B, H, "
+    "Tq, 576) in the call's 16- or 32-bit dtype; k and v the same uint8 cache (B, Hkv, Tk, 656), "
+    "each token's bytes its 512 latent values in e4m3fn, 4 float32 scales (one per 128, little "
+    "endian) and 64 rotary values in bfloat16; a key is the latent and the rotary part (D = 576), "
+    'a value the latent (Dv = 512); kv_cache_layout="deepseek_v32" names the layout; the '
+    "output in q's dtype",
 }
 BLOCK_SCALE_KEYWORDS = ("q_block_scales", "k_block_scales", "v_block_scales")
 GLOBAL_SCALE_KEYWORDS = ("k_global_scale", "v_global_scale")
-BLOCK_KEYWORDS = BLOCK_SCALE_KEYWORDS + GLOBAL_SCALE_KEYWORDS
+LAYOUT_KEYWORD = "kv_cache_layout"  # mla_fp8_cache's: the layout's name
+BLOCK_KEYWORDS = BLOCK_SCALE_KEYWORDS + GLOBAL_SCALE_KEYWORDS + (LAYOUT_KEYWORD,)
+# The conventions whose q is not block-scaled: a cache's, q in the call's own dtype
+CACHE_CONVENTIONS = ("fp4_cache", "mla_fp8_cache")
 
 
 def convention_of(fmt: str) -> str:
-    """The convention a format's calls are timed in: an FP4 format's, a key/value cache's; an
-    MXFP8 format's, MXFP8 attention's."""
+    """The convention a format's calls are in: an FP4 format's, a key/value cache's; a cache
+    layout's, the latent cache's; an MXFP8 format's, MXFP8 attention's."""
+    if fmt in CACHE_LAYOUTS:
+        return "mla_fp8_cache"
     return "fp4_cache" if block_format(fmt).packed else "mx_attention"
 
 
 def stored_dtypes(convention: str, fmt: str, query_dtype: str) -> tuple[str, str, str]:
     """The dtypes q, k and v reach a kernel in: the element format's (q in ``query_dtype``
     under fp4_cache), e2m1 pairs as uint8 bytes."""
-    element = "uint8" if block_format(fmt).packed else block_format(fmt).element
-    return (query_dtype if convention == "fp4_cache" else element, element, element)
+    packed = block_format(fmt).packed or convention == "mla_fp8_cache"
+    element = "uint8" if packed else block_format(fmt).element
+    return (query_dtype if convention in CACHE_CONVENTIONS else element, element, element)
 
 
 def output_dtype(convention: str, query_dtype: str, block_output: str) -> str:
@@ -221,6 +265,7 @@ class Reading:
     block: int | None = None  # the elements one scale covers; None: the format's
     global_scales: bool = True  # NVFP4's global scales applied
     scale_block_shift: int = 0  # each element takes the scale of the block this many after
+    rope_as_e4m3: bool = False  # a latent cache's rotary part read as e4m3fn bytes, unscaled
 
 
 @dataclass(frozen=True)
@@ -259,6 +304,9 @@ class BlockCall:
 
     def dequantized(self, reading: Reading = Reading()) -> tuple[np.ndarray, ...]:
         """q, k, v as ``reading`` reads them, float64; the truth's under the default reading."""
+        if self.convention == "mla_fp8_cache":
+            keys, values = decoded_tokens(self.k, CACHE_LAYOUTS[self.fmt], reading)
+            return np.asarray(self.q, np.float64), keys, values
         operands = []
         for operand in "qkv":
             if operand == "q" and self.convention == "fp4_cache":
@@ -364,9 +412,15 @@ def nvfp4_global_scale(x) -> float:
 def quantize_call(q, k, v, convention: str, fmt: str, query_dtype: str | None = None,
                   options: dict | None = None) -> BlockCall:  # fmt: skip
     """Model values q (B, H, Tq, D), k and v (B, Hkv, Tk, D) quantized as callers of a kernel in
-    ``convention`` quantize them; under fp4_cache q rounded to ``query_dtype``."""
+    ``convention`` quantize them; under a cache's convention q rounded to ``query_dtype``.
+    A latent cache (mla_fp8_cache) holds v as each token's latent and k's last D - Dv values as
+    its rotary part: the call's keys are v's values and those (k's first Dv are not stored)."""
     spec = block_format(fmt)
     keywords, stored = {}, {}
+    if convention == "mla_fp8_cache":
+        cache = encoded_tokens(v, k[..., v.shape[-1] :], CACHE_LAYOUTS[fmt])
+        return BlockCall(convention, fmt, round_to(q, query_dtype), cache, cache,
+                         {LAYOUT_KEYWORD: fmt}, dict(options or {}))  # fmt: skip
     for operand, x in zip("qkv", (q, k, v), strict=True):
         if operand == "q" and convention == "fp4_cache":
             stored["q"] = round_to(q, query_dtype)
@@ -381,3 +435,59 @@ def quantize_call(q, k, v, convention: str, fmt: str, query_dtype: str | None = 
             keywords[f"{operand}_global_scale"] = np.float32(global_dequant)
     return BlockCall(convention, fmt, stored["q"], stored["k"], stored["v"], keywords,
                      dict(options or {}))  # fmt: skip
+
+
+# --- a latent cache's tokens: each one run of bytes -----------------------------------------------
+
+# FlashMLA's recipe floors a block's amax at this before its power-of-two scale
+LATENT_AMAX_FLOOR = 1e-4
+
+
+def bfloat16_bytes(values) -> np.ndarray:
+    """(..., 2 n) uint8: ``values`` (..., n) rounded to bfloat16, each little-endian."""
+    rounded = np.asarray(round_to(np.asarray(values, np.float64), "bfloat16"), np.float32)
+    return (rounded.view(np.uint32) >> 16).astype("<u2").view(np.uint8)
+
+
+def bfloat16_of_bytes(raw) -> np.ndarray:
+    """(..., n) float64: the bfloat16 values of little-endian bytes (..., 2 n)."""
+    bits = np.ascontiguousarray(raw).view("<u2").astype(np.uint32) << 16
+    return bits.view(np.float32).astype(np.float64)
+
+
+def encoded_tokens(latent, rope, layout: CacheLayout) -> np.ndarray:
+    """(B, Hkv, T, token_bytes) uint8: each token's ``latent`` (B, Hkv, T, latent) quantized in
+    blocks with the power-of-two float32 scale 2^ceil(log2(amax / 448)) (amax floored at
+    :data:`LATENT_AMAX_FLOOR`), as FlashMLA quantizes it, then its ``rope`` in bfloat16."""
+    fmt = block_format(layout.format)
+    latent = np.asarray(latent, np.float64)
+    blocks = latent.reshape(*latent.shape[:-1], layout.scales, fmt.block)
+    amax = np.maximum(np.max(np.abs(blocks), axis=-1, keepdims=True), LATENT_AMAX_FLOOR)
+    scales = np.exp2(np.ceil(np.log2(amax / fmt.element_largest)))
+    elements = fmt.round_elements(blocks / scales).reshape(latent.shape)
+    parts = [
+        codes_of(elements, fmt.element),
+        scales[..., 0].astype("<f4").view(np.uint8),
+        bfloat16_bytes(rope),
+    ]
+    return np.concatenate(parts, axis=-1)
+
+
+def decoded_tokens(cache, layout: CacheLayout, reading: Reading = Reading()):
+    """(keys (..., latent + rope), values (..., latent)), float64, of a latent cache's bytes
+    (..., token_bytes) as ``reading`` reads them: each latent element times its block's scale,
+    then the rotary part (bfloat16; e4m3fn bytes under ``reading.rope_as_e4m3``)."""
+    fmt = block_format(layout.format)
+    cache = np.asarray(cache)
+    raw_scales = np.ascontiguousarray(cache[..., layout.latent : layout.rope_offset])
+    scales = raw_scales.view("<f4").astype(np.float64)  # (..., scales)
+    elements = values_of_bytes(fmt.element)[cache[..., : layout.latent].astype(np.int64)]
+    block = fmt.block if reading.block is None else reading.block
+    index = np.arange(layout.latent) // block + reading.scale_block_shift
+    latent = elements * scales[..., np.clip(index, 0, layout.scales - 1)]
+    rope_bytes = cache[..., layout.rope_offset :]
+    if reading.rope_as_e4m3:
+        rope = values_of_bytes(fmt.element)[rope_bytes[..., : layout.rope].astype(np.int64)]
+    else:
+        rope = bfloat16_of_bytes(rope_bytes)
+    return np.concatenate([latent, rope], axis=-1), latent

@@ -314,13 +314,16 @@ def test_an_fp8_call_is_timed_against_its_baseline_in_another_dtype_and_checked_
 BLOCK_SHAPE = BenchShape("block", 2, 4, 2, 64, 64, 64, "a test's")
 
 
-def block_bench(selector: str, fmt: str, query_dtype: str | None = None):
+LATENT_SHAPE = BenchShape("latent", 1, 4, 1, 8, 64, 576, "a test's", value_dim=512)
+
+
+def block_bench(selector: str, fmt: str, query_dtype: str | None = None, shape=BLOCK_SHAPE):
     """A bench of ``selector``'s block-scaled call in ``fmt`` at a grouped-heads shape (two
     items), against numpy in float32: its result or the WrongAnswer it raised."""
     subject, baseline = open_clients([selector, "numpy"])
     try:
         return bench_shape(
-            subject, baseline, BLOCK_SHAPE, fmt, UNBOUNDED, rounds=2, settle_seconds=0.01,
+            subject, baseline, shape, fmt, UNBOUNDED, rounds=2, settle_seconds=0.01,
             baseline_dtype="float32", query_dtype=query_dtype,
         )  # fmt: skip
     except WrongAnswer as exc:
@@ -352,6 +355,19 @@ def test_a_block_scaled_call_is_timed_in_its_convention_and_checked_on_its_block
     assert f"{fmt} (" in str(wrong)  # the call's format and convention
 
 
+def test_a_latent_cache_is_timed_at_its_widths_and_checked_on_its_bytes():
+    """--dtype deepseek_v32 times DeepSeek's latent cache at a shape of its widths (D = 576, Dv =
+    512, one key/value head), each answer held to the formula on the decoded tokens; the zoo's
+    kernel that reads the rotary part as e4m3 is not timed."""
+    timed = block_bench("numpy_flash", "deepseek_v32", shape=LATENT_SHAPE)
+    assert not isinstance(timed, WrongAnswer), timed
+    assert timed.subject.checked >= 2
+    wrong = block_bench("tests.zoo.block_scaled:mla_rope_read_as_e4m3", "deepseek_v32",
+                        "float32", shape=LATENT_SHAPE)  # fmt: skip
+    assert isinstance(wrong, WrongAnswer), wrong
+    assert "deepseek_v32 (mla_fp8_cache, q float32)" in str(wrong)
+
+
 def test_a_block_scaled_bench_refuses_what_cannot_be_timed_naming_why():
     [numpy_flash, plain] = open_clients(["numpy_flash", "tests.planted.clock:correct"])
     try:
@@ -359,6 +375,8 @@ def test_a_block_scaled_bench_refuses_what_cannot_be_timed_naming_why():
         odd = BenchShape("odd", 1, 2, 2, 64, 64, 48, "a test's")  # D = 48: no blocks of 32
         assert "not a multiple of the block (32)" in refusal(numpy_flash, odd, "mxfp8_e4m3")
         assert "timed forward only" in refusal(numpy_flash, BLOCK_SHAPE, "nvfp4", backward=True)
+        assert "keys and values have D=576, Dv=512" in refusal(numpy_flash, BLOCK_SHAPE,
+                                                               "deepseek_v32")  # fmt: skip
         assert "is a cache's" in refusal(numpy_flash, BLOCK_SHAPE, "mxfp8_e4m3",
                                          query_dtype="bfloat16")  # fmt: skip
     finally:

@@ -11,6 +11,7 @@ from impls.registry import resolve
 from impls.validation import AttentionInputError
 from spec.block_scaled import (
     BLOCK_FORMATS,
+    CACHE_LAYOUTS,
     E8M0_NAN,
     Reading,
     block_format,
@@ -61,7 +62,7 @@ def test_two_e2m1_codes_a_byte_the_first_in_the_low_nibble():
     np.testing.assert_array_equal(unpacked_e2m1(packed, low_first=False), [[15, 1, 0, 7]])
 
 
-@pytest.mark.parametrize("fmt", list(BLOCK_FORMATS))
+@pytest.mark.parametrize("fmt", [f for f in BLOCK_FORMATS if f not in CACHE_LAYOUTS])
 def test_the_recipe_keeps_every_block_within_its_format_and_near_its_values(fmt):
     spec = block_format(fmt)
     rng = np.random.default_rng(1)
@@ -97,6 +98,53 @@ def test_a_reading_with_one_field_changed_reads_other_values():
     ):
         misread = call.dequantized(reading)
         assert any(not np.allclose(a, b) for a, b in zip(misread, truth[id(call)], strict=True))
+
+
+def latent_call(tokens: int = 8):
+    """A latent cache's call: q (1, 2, tokens, 576); k's last 64 values its rotary part, v its
+    latent, each block of 128 at its own magnitude, key 0's second block zeros."""
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((1, 2, tokens, 576))
+    magnitudes = 2.0 ** rng.integers(-8, 8, (1, 1, tokens, 4))
+    latent = rng.standard_normal((1, 1, tokens, 512)) * magnitudes.repeat(128, axis=-1)
+    latent[0, 0, 0, 128:256] = 0.0
+    keys = rng.standard_normal((1, 1, tokens, 576))
+    return quantize_call(q, keys, latent, "mla_fp8_cache", "deepseek_v32", "bfloat16")
+
+
+def test_a_latent_cache_token_reads_as_its_parts_in_ml_dtypes():
+    """656 bytes a token: 512 e4m3fn latent values, 4 little-endian float32 scales, one per 128,
+    64 little-endian bfloat16 rotary values; keys the latent and the rotary part, values the
+    latent."""
+    call = latent_call()
+    cache = call.k
+    assert (cache.shape, cache.dtype) == ((1, 1, 8, 656), np.uint8)
+    assert call.v is cache
+    elements = cache[..., :512].view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    scales = np.frombuffer(cache[..., 512:528].tobytes(), "<f4").reshape(1, 1, 8, 4)
+    rope = np.frombuffer(cache[..., 528:].tobytes(), "<u2").reshape(1, 1, 8, 64)
+    rope = rope.view(ml_dtypes.bfloat16).astype(np.float64)
+    _, keys, values = call.dequantized()
+    latent = elements * scales.repeat(128, axis=-1)
+    np.testing.assert_array_equal(values, latent)
+    np.testing.assert_array_equal(keys, np.concatenate([latent, rope], axis=-1))
+    assert np.all(np.log2(scales) == np.round(np.log2(scales)))  # powers of two
+
+
+def test_the_latent_recipe_keeps_each_block_within_e4m3_of_its_values():
+    rng = np.random.default_rng(5)
+    latent = rng.standard_normal((1, 1, 16, 512)) * 2.0 ** rng.integers(
+        -8, 8, (1, 1, 16, 4)
+    ).repeat(128, axis=-1)
+    rope = rng.standard_normal((1, 1, 16, 64))
+    q = np.zeros((1, 1, 16, 576))  # not read here
+    call = quantize_call(q, np.concatenate([latent, rope], -1), latent, "mla_fp8_cache",
+                         "deepseek_v32", "bfloat16")  # fmt: skip
+    _, keys, values = call.dequantized()
+    blocks = np.abs(values - latent).reshape(1, 1, 16, 4, 128).max(axis=-1)
+    largest = np.abs(latent).reshape(1, 1, 16, 4, 128).max(axis=-1)
+    assert np.all(blocks <= 2.0**-3 * largest * 1.01)
+    assert np.all(np.abs(keys[..., 512:] - rope) <= 2.0**-8 * np.abs(rope))  # bfloat16's
 
 
 def mx_call():
@@ -135,3 +183,26 @@ def test_a_block_that_does_not_divide_its_axis_is_refused_naming_the_axis():
     ):
         checked_block_call(impl.capabilities, q, q, q, True, None, keywords,
                            dtype_name=lambda x: "float8_e4m3fn")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (dict(k=np.zeros((1, 1, 8, 640), np.uint8)), "should be the deepseek_v32 cache's bytes"),
+        (dict(k=np.zeros((1, 1, 8, 656), np.int8)), "dtype int8"),
+        (dict(v=np.zeros((1, 1, 4, 656), np.uint8)), "are the same cache"),
+        (dict(q=np.zeros((1, 2, 8, 512))), "q's head dimension is 512"),
+        (dict(kv_cache_layout="deepseek_v4"), "kv_cache_layout='deepseek_v4', but should be"),
+        (dict(k_global_scale=np.float32(1)), "unexpected ['k_global_scale']"),
+    ],
+)
+def test_a_malformed_latent_cache_call_is_refused_naming_what_is_wrong(change, named):
+    impl = resolve("numpy")
+    call = latent_call()
+    operands = {"q": impl.from_numpy(call.q, "bfloat16"), "k": call.k, "v": call.v}
+    operands |= {name: value for name, value in change.items() if name in "qkv"}
+    keywords = call.keywords | {n: v for n, v in change.items() if n not in "qkv"}
+    if "q" in change:
+        operands["q"] = impl.from_numpy(change["q"], "bfloat16")
+    with pytest.raises(AttentionInputError, match=named.replace("[", r"\[").replace("]", r"\]")):
+        impl.attention(operands["q"], operands["k"], operands["v"], causal=True, **keywords)

@@ -51,7 +51,14 @@ from conformance.run.worker_clients import (
 )
 from impls.bench_inputs import BLOCK_QUERY_DTYPE
 from impls.registry import RegistryError
-from spec.block_scaled import BLOCK_FORMATS, BlockShapeError, convention_of, scale_shape
+from spec.block_scaled import (
+    BLOCK_FORMATS,
+    CACHE_CONVENTIONS,
+    CACHE_LAYOUTS,
+    BlockShapeError,
+    convention_of,
+    scale_shape,
+)
 from spec.dtypes import DTYPES
 from spec.features import FEATURES
 from spec.fp8 import FP8_FORMATS
@@ -292,7 +299,7 @@ def refusal(
     if shape.value_dim is not None and shape.value_dim != shape.head_dim:
         if not caps.distinct_value_dim:
             return f"{client.name} does not declare Dv != D, which {shape.name} needs"
-        if dtype in FP8_FORMATS or dtype in BLOCK_FORMATS:
+        if (dtype in FP8_FORMATS or dtype in BLOCK_FORMATS) and dtype not in CACHE_LAYOUTS:
             return f"{shape.name}'s v is k's first columns, which no {dtype} call takes here"
     needed = (["gqa"] if shape.kv_heads != shape.heads else []) + [
         feature.name
@@ -338,21 +345,30 @@ def block_refusal(
     convention) cannot be timed at ``shape``, or None."""
     caps = client.capabilities
     convention = convention_of(fmt)
-    if query_dtype is not None and convention != "fp4_cache":
+    if query_dtype is not None and convention not in CACHE_CONVENTIONS:
         return f"--kv-cache-query is a cache's: {fmt}'s q is in {fmt} too ({convention})"
     if not caps.block_scaled:
         return f"{client.name} does not declare block_scaled (block-scaled operands)"
     if backward:
         return "a block-scaled call is timed forward only: no claim judges its backward"
-    if shape.keywords:
-        return f"{shape.name} needs {', '.join(shape.keywords)}, which no {fmt} call takes here"
+    needs = [name for name in shape.keywords if name != "scale"]
+    if needs:
+        return f"{shape.name} needs {', '.join(needs)}, which no {fmt} call takes here"
     if fmt not in caps.block_formats:
         return f"{client.name} does not declare {fmt} (it declares {', '.join(caps.block_formats)})"
     if convention not in caps.block_conventions:
         return f"{client.name} does not declare the {convention} convention, which {fmt} is in"
     query_dtype = query_dtype or BLOCK_QUERY_DTYPE
-    if convention == "fp4_cache" and query_dtype not in caps.fp8_queries:
+    if convention in CACHE_CONVENTIONS and query_dtype not in caps.fp8_queries:
         return f"{client.name} does not declare q in {query_dtype} (--kv-cache-query DTYPE)"
+    if fmt in CACHE_LAYOUTS:
+        layout = CACHE_LAYOUTS[fmt]
+        widths = (layout.latent + layout.rope, layout.latent)
+        if (shape.head_dim, shape.value_dim) != widths:
+            return (f"{shape.name} has D={shape.head_dim}, Dv={shape.value_dim or shape.head_dim},"
+                    f" but a {fmt} cache's keys and values have D={widths[0]}, Dv={widths[1]} "
+                    "(mla-decode has them)")  # fmt: skip
+        return None
     try:
         for operand, dims in (("q", shape.dims[3]), ("v", shape.dims[4])):
             scale_shape(convention, operand, (1, 1, dims, shape.head_dim), BLOCK_FORMATS[fmt].block)

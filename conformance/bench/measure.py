@@ -240,13 +240,14 @@ class TimedSide:
         """The block-scaled call's answer against the float64 formula on its dequantized
         inputs, within the budget of the arithmetic the implementation declares
         (conformance.judge.block_scaled's rule), on ``heads`` (item, head) pairs drawn now."""
-        call = fresh_block_call(seed, self.shape.dims, self.dtype, self.query_dtype)
+        call = fresh_block_call(seed, self.shape.dims, self.dtype, self.query_dtype,
+                                self.shape.value_dim)  # fmt: skip
         caps = self.client.capabilities
         cache_query = self.query_dtype or BLOCK_QUERY_DTYPE
         query_dtype = stored_dtypes(call.convention, self.dtype, cache_query)[0]
         out_dtype = block_scaled.output_dtype(call.convention, query_dtype, caps.block_output)
-        call = call.with_(p_rounding=caps.block_p, out_dtype=out_dtype,
-                          options=dict(causal=self.causal))  # fmt: skip
+        options = dict(causal=self.causal, scale=self.shape.keywords.get("scale"))
+        call = call.with_(p_rounding=caps.block_p, out_dtype=out_dtype, options=options)
         budget = fp8_budget(out_dtype, caps.block_p)
         group = self.shape.heads // self.shape.kv_heads
         pairs = self.shape.batch * self.shape.heads
@@ -268,7 +269,8 @@ class TimedSide:
         """The timed call in words: its shape and dtypes."""
         if self.dtype in BLOCK_FORMATS:
             convention = block_scaled.convention_of(self.dtype)
-            query = f", q {self.query_dtype or BLOCK_QUERY_DTYPE}" * (convention == "fp4_cache")
+            cache = convention in block_scaled.CACHE_CONVENTIONS
+            query = f", q {self.query_dtype or BLOCK_QUERY_DTYPE}" * cache
             return f"{self.shape.describe()} {self.dtype} ({convention}{query})"
         if self.query_dtype is not None:
             return (f"{self.shape.describe()}, q {self.query_dtype}, k and v {self.dtype} with "

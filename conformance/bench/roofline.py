@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from conformance.bench.timing import attention_flops
-from spec.block_scaled import BLOCK_FORMATS
+from spec.block_scaled import BLOCK_FORMATS, CACHE_LAYOUTS
 from spec.dtypes import ITEM_SIZE
 from spec.fp8 import FP8_FORMATS
 
@@ -90,7 +90,11 @@ def call_bytes(shape, dtype: str, backward: bool = False) -> float:
 def item_size(dtype: str) -> float:
     """Bytes per element; an FP8 call's counted at 1 for every array, the least it moves (q
     and the output may be wider); a block-scaled call's at its element's bytes and its share of
-    a scale's byte (MXFP8 1 + 1/32, NVFP4 1/2 + 1/16), for every array alike."""
+    a scale's byte (MXFP8 1 + 1/32, NVFP4 1/2 + 1/16), for every array alike; a latent cache's
+    at its token's bytes over its key's values (656 / 576)."""
+    if dtype in CACHE_LAYOUTS:
+        layout = CACHE_LAYOUTS[dtype]
+        return layout.token_bytes / (layout.latent + layout.rope)
     if dtype in BLOCK_FORMATS:
         fmt = BLOCK_FORMATS[dtype]
         return (0.5 if fmt.packed else 1.0) + 1.0 / fmt.block

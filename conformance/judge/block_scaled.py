@@ -21,22 +21,26 @@ from conformance.judge.fp8 import (
     fp8_budget,
     held_to_budget,
 )
+from conformance.judge.fp8_calls import dominant_key
 from conformance.judge.harness import Case, Subject
 from spec.block_scaled import (
+    BLOCK_CONVENTIONS,
     BLOCK_FORMATS,
+    CACHE_LAYOUTS,
     BlockCall,
     block_format,
+    convention_of,
     output_dtype,
     quantize_call,
     scale_axis,
     stored_dtypes,
 )
-from spec.fp8 import ml_dtypes_missing
+from spec.fp8 import codes_of, ml_dtypes_missing
 
 # Each declared convention with the formats it takes: MXFP8 for attention, FP4 for the cache
 CONVENTION_FORMATS = {
-    "mx_attention": [f.name for f in BLOCK_FORMATS.values() if not f.packed],
-    "fp4_cache": [f.name for f in BLOCK_FORMATS.values() if f.packed],
+    convention: [name for name in BLOCK_FORMATS if convention_of(name) == convention]
+    for convention in BLOCK_CONVENTIONS
 }
 BLOCK_CASES = [
     pytest.param(convention, fmt, id=f"{convention}-{fmt}")
@@ -49,7 +53,10 @@ BLOCK_SPREAD = 8  # per-block magnitudes over 2^-8 .. 2^8
 
 def block_case(subject: Subject, convention: str, fmt: str, **shape) -> Case:
     """A case of ``shape`` in a block-scaled convention and format, grouped heads where the
-    implementation declares them; q's dtype the element format's under mx_attention."""
+    implementation declares them; q's dtype the element format's under mx_attention. A latent
+    cache's case has its layout's widths (D = latent + rope, Dv = latent) and, where grouped
+    heads are declared, one key/value head, as multi-head latent attention has; and at least
+    three items (BLOCK-NAN plants a NaN in each)."""
     caps = subject.client.capabilities
     if convention == "mx_attention":
         dtype = block_format(fmt).element
@@ -57,8 +64,12 @@ def block_case(subject: Subject, convention: str, fmt: str, **shape) -> Case:
         dtype = next((d for d in QUERY_DTYPES if d in caps.fp8_queries), QUERY_DTYPES[-1])
     case = Case(dtype=dtype, block_convention=convention, block_format=fmt, **shape)
     if caps.gqa and case.kv_heads is None:
-        case = case.with_(kv_heads=case.heads // 2)
+        case = case.with_(kv_heads=1 if fmt in CACHE_LAYOUTS else case.heads // 2)
     case = subject.fit(case)
+    if fmt in CACHE_LAYOUTS:  # the layout's widths, whatever the implementation's head dims
+        layout = CACHE_LAYOUTS[fmt]
+        case = case.with_(head_dim=layout.latent + layout.rope, value_dim=layout.latent,
+                          batch=max(case.batch, 3))  # fmt: skip
     subject.require(case)
     if subject.client.family == "numpy" and ml_dtypes_missing():
         pytest.skip(f"{subject.name}: {ml_dtypes_missing()}")
@@ -89,10 +100,19 @@ def spread_draw(subject: Subject, case: Case):
     2^+-8 (q's block c and k's block c scaled inversely, with a jitter of 2^+-2 per token, so
     that the scores stay of order 1 while a scale taken from the neighbouring block is off by a
     large factor; q's too under fp4_cache, where q is not quantized), v's blocks over 2^+-3
-    along their own axis; k's first block of key 1 all zeros."""
+    along their own axis; k's first block of key 1 all zeros. A latent cache's keys are its
+    values (the latent) and a rotary part: there v's blocks take the magnitudes along D."""
     fmt = block_format(case.block_format)
     rng = subject.rng
     q, k, v = (rng.standard_normal(s) for s in (case.q_shape, case.k_shape, case.v_shape))
+    if case.block_format in CACHE_LAYOUTS:
+        latent = case.value_dim
+        along_d = np.repeat(2.0 ** rng.uniform(-BLOCK_SPREAD, BLOCK_SPREAD, latent // fmt.block),
+                            fmt.block)  # fmt: skip
+        q[..., :latent] /= along_d
+        v = v * along_d * block_magnitudes(subject, case.v_shape, 3, fmt.block, 2.0)
+        v[..., 1, : fmt.block] = 0.0  # a block of zeros
+        return q, k, v
     blocks = case.head_dim // fmt.block
     per_block = 2.0 ** rng.uniform(-BLOCK_SPREAD, BLOCK_SPREAD, blocks)  # (D / block,)
     along_d = np.repeat(per_block, fmt.block)  # (D,)
@@ -105,10 +125,30 @@ def spread_draw(subject: Subject, case: Case):
     return q, k, v
 
 
+def accuracy_draw(subject: Subject, case: Case):
+    """BLOCK-ACCURACY's inputs: a dominant first key over a flat tail of weights near 2^-10.8,
+    values with a common part of 1. A latent cache's scores come from its rotary part alone (q's
+    latent part 0; its values are its keys' latent), scaled to the same gap."""
+    if case.block_format not in CACHE_LAYOUTS:
+        q, k, v = dominant_key(subject, case, gap=7.5, spread=0.05)
+        return q, k, v + 1.0
+    rope = case.head_dim - case.value_dim
+    q_rope, k_rope, v = dominant_key(subject, case.with_(head_dim=rope), gap=7.5, spread=0.05)
+    q, k = np.zeros(case.q_shape), np.zeros(case.k_shape)
+    q[..., case.value_dim :] = q_rope
+    k[..., case.value_dim :] = k_rope * np.sqrt(case.head_dim / rope)  # the call's 1/sqrt(D)
+    return q, k, v + 1.0
+
+
 def with_largest_elements(call: BlockCall) -> BlockCall:
     """``call`` with the element of largest magnitude in k's first block of key 0 (and q's, under
-    mx_attention) set to the element format's largest value, its scale kept."""
+    mx_attention; a latent cache's one cache) set to the element format's largest value, its
+    scale kept."""
     fmt = call.format
+    if call.convention == "mla_fp8_cache":
+        cache = np.array(call.k)
+        cache[..., 0, 0] = codes_of(fmt.element_largest, fmt.element)
+        return call.with_(k=cache, v=cache)
     stored = {}
     for operand in "qk" if call.convention == "mx_attention" else "k":
         values = np.array(getattr(call, operand))
@@ -118,6 +158,65 @@ def with_largest_elements(call: BlockCall) -> BlockCall:
             values[..., 0, 0] = fmt.element_largest
         stored[operand] = values
     return call.with_(**stored)
+
+
+# Where BLOCK-NAN plants its NaN scales, all in one call: (operand, its index in the operand's
+# scale tensor), each read by outputs the formula makes NaN and beside outputs none of them
+# reads: q's row 5 of item 0, head 1, second block (that row); k's key 0 of item 1, kv head 0
+# (every row of its query heads there); v's first block of item 0, kv head 0 at column 7
+# (mx_attention: keys 0..31, so column 7 of every row of its query heads) or key 0's first
+# block (fp4_cache: columns 0..15). Item 0's heads 2 and 3 and item 1's read none.
+NAN_PLANTS = {"q": (0, 1, 5, 1), "k": (1, 0, 0, 0), "v": (0, 0, 0, 7)}
+# And, in MXFP8's elements (e2m1 has no NaN), beside them: q's row 20 of item 1, its last head
+# (that row), and v's key 40 of item 0, its last kv head, at column 11 (column 11 of the rows
+# that see key 40 in its query heads). The index's -1 is the last head or kv head.
+NAN_ELEMENTS = {"q": (1, -1, 20, 5), "v": (0, -1, 40, 11)}
+# In a latent cache's tokens, as bytes, one item each (its keys are its values: a NaN anywhere in
+# a token reaches every row that sees it): item 0's key 30 its third scale NaN, item 1's key 40
+# a NaN latent element at 11, item 2's key 20 a NaN rotary value at 3; rows before those keys
+# read none. q's row 20 of item 1, its last head, NaN at 5, as above.
+LATENT_NAN_PLANTS = {"scale": (0, 0, 30, 2), "latent": (1, 0, 40, 11), "rope": (2, 0, 20, 3)}
+
+
+def with_nan_planted(call: BlockCall) -> BlockCall:
+    """``call`` with BLOCK-NAN's NaN scales and elements planted where its convention keeps
+    them."""
+    if call.convention == "mla_fp8_cache":
+        return with_latent_nan_planted(call)
+    fmt = call.format
+    nan_byte = 0xFF if fmt.scale == "e8m0" else codes_of(np.nan, fmt.scale)
+    keywords = dict(call.keywords)
+    for operand, index in NAN_PLANTS.items():
+        name = f"{operand}_block_scales"
+        if name not in keywords:  # fp4_cache's q is not block-scaled
+            continue
+        scales = np.array(keywords[name])
+        scales[index if scales.shape[-1] > index[-1] else (*index[:-1], 0)] = nan_byte
+        keywords[name] = scales
+    elements = {}
+    if not fmt.packed:
+        for operand, index in NAN_ELEMENTS.items():
+            elements[operand] = np.array(getattr(call, operand))
+            elements[operand][index] = np.nan
+    return call.with_(keywords=keywords, **elements)
+
+
+def with_latent_nan_planted(call: BlockCall) -> BlockCall:
+    layout = CACHE_LAYOUTS[call.fmt]
+    fmt = call.format
+    cache = np.array(call.k)
+    *token, scale = LATENT_NAN_PLANTS["scale"]
+    start = layout.latent + layout.scale_bytes * scale
+    cache[(*token, slice(start, start + layout.scale_bytes))] = (
+        np.array([np.nan], "<f4").view(np.uint8)
+    )  # fmt: skip
+    cache[LATENT_NAN_PLANTS["latent"]] = codes_of(np.nan, fmt.element)
+    *token, rope = LATENT_NAN_PLANTS["rope"]
+    start = layout.rope_offset + 2 * rope
+    cache[(*token, slice(start, start + 2))] = np.array([0x7FC0], "<u2").view(np.uint8)
+    q = np.array(call.q)
+    q[NAN_ELEMENTS["q"]] = np.nan
+    return call.with_(q=q, k=cache, v=cache)
 
 
 def call_block(subject: Subject, case: Case, call: BlockCall) -> np.ndarray:

@@ -20,7 +20,7 @@ from conformance.judge.mask_draws import IndexDraw, MaskDraw, PackedMaskDraw, Tr
 from conformance.judge.regimes import regimes_of_call, regimes_of_merge
 from conformance.run.recording import TestNotes
 from conformance.run.worker_clients import ImplementationBroke, ImplementationClient
-from spec.block_scaled import block_format
+from spec.block_scaled import CACHE_CONVENTIONS, block_format
 from spec.dtypes import round_to
 from spec.features import FEATURES, Feature
 from spec.formula import causal_mask
@@ -327,7 +327,7 @@ class Subject:
     @staticmethod
     def query_only(case: Case) -> bool:
         """Whether the case's dtype is q's alone, k and v being in a narrower format."""
-        return case.fp8_convention == "kv_scale" or case.block_convention == "fp4_cache"
+        return case.fp8_convention == "kv_scale" or case.block_convention in CACHE_CONVENTIONS
 
     def missing(self, case: Case, *, weights: bool = False, autograd: bool = False) -> list[str]:
         """What ``case`` needs that the implementation does not declare, in words."""

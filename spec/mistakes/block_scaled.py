@@ -1,8 +1,9 @@
 """The mistakes of block-scaled kernels: the plumbing of the blocks, as public reports of Blackwell
-kernels found them. Each is the naive formula of the call (spec.block_scaled.BlockCall.baseline)
-with one thing wrong: its bytes read with one field of :class:`spec.block_scaled.Reading`
-changed, P rounded without its scale, or the row sum mis-reduced, so that a failing output is
-named by the variant it matches within its budget (``conformance/judge/block_scaled.py``).
+kernels and of DeepSeek's latent caches found them. Each is the naive formula of the call
+(spec.block_scaled.BlockCall.baseline) with one thing wrong: its bytes read with one field of
+:class:`spec.block_scaled.Reading` changed, P rounded without its scale, or the row sum
+mis-reduced, so that a failing output is named by the variant it matches within its budget
+(``conformance/judge/block_scaled.py``).
 """
 
 from __future__ import annotations
@@ -43,12 +44,18 @@ misreading(
 )
 
 
+# the block a kernel takes for the format's: NVFP4's 16 and MX's 32 for each other, DeepSeek
+# V4's 64 for V3.2's 128
+MISREAD_BLOCK = {16: 32, 32: 16, 128: 64}
+
 misreading(
     "block-size-misread",
-    "one scale applied to 16 elements where the format's block is 32, or to 32 where it is 16",
-    "NVFP4's block of 16 and MX's of 32 mixed up in a kernel that takes both",
+    "one scale applied to 16 elements where the format's block is 32, to 32 where it is 16, or "
+    "to 64 where it is 128",
+    "NVFP4's block of 16 and MX's of 32 mixed up in a kernel that takes both; DeepSeek V4's "
+    "cache's block of 64 read in V3.2's of 128",
     lambda call: True,
-    lambda call: dict(block=32 if call.format.block == 16 else 16),
+    lambda call: dict(block=MISREAD_BLOCK[call.format.block]),
 )
 
 
@@ -58,6 +65,16 @@ misreading(
     "a decoder that takes e8m0 for an IEEE exponent field with its bias off by one",
     lambda call: call.format.scale == "e8m0",
     lambda call: dict(e8m0_bias=128),
+)
+
+
+misreading(
+    "block-rope-read-as-e4m3",
+    "a latent cache's rotary part read as e4m3fn bytes, unscaled, where it is 64 bfloat16 values",
+    "a kernel that takes the whole key of 576 for FP8, as if the cache quantized its rotary part "
+    "too (DeepSeek's layouts leave it in bfloat16)",
+    lambda call: call.convention == "mla_fp8_cache",
+    lambda call: dict(rope_as_e4m3=True),
 )
 
 

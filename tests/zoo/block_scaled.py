@@ -1,7 +1,8 @@
 """Zoo members in block-scaled formats: kernels whose plumbing of the blocks went wrong as
 Blackwell kernels' did (v scaled along D, P at scale 1, the output halved, a block of 16 read as
-32 and the reverse, e8m0's bias off by one, nibbles swapped, NVFP4's global scale dropped), and a
-correct one that rounds P at 2^8 over tiles of 128 keys.
+32 and the reverse, e8m0's bias off by one, nibbles swapped, NVFP4's global scale dropped) or as
+DeepSeek's latent cache can be misread (its rotary part read as e4m3, its scales per 64), and
+correct ones that round P at 2^8 over tiles of 128 keys.
 
 Each member is a plain callable that declares its convention by its keywords and its arithmetic
 by attributes (fn.block_formats, fn.block_p, fn.block_output). The kernel below decodes the bytes
@@ -56,10 +57,31 @@ def unpacked(packed, bug) -> np.ndarray:
     return FP4[np.stack([low, high], axis=-1).reshape(*packed.shape[:-1], -1)]
 
 
+def latent_cache(cache, bug):
+    """(keys, values) of DeepSeek V3.2's 656-byte tokens: 512 e4m3fn latent bytes, 4 little-endian
+    float32 scales (one per 128), 64 little-endian bfloat16 rotary values."""
+    latent = E4M3_BYTES[np.asarray(cache[..., :512], np.int64)]
+    scales = np.ascontiguousarray(cache[..., 512:528]).view("<f4").astype(np.float64)
+    per = 64 if bug == "scales-per-64" else 128
+    latent = latent * scales[..., np.minimum(np.arange(512) // per, 3)]
+    if bug == "rope-as-e4m3":
+        rope = E4M3_BYTES[np.asarray(cache[..., 528:592], np.int64)]
+    else:
+        bits = np.ascontiguousarray(cache[..., 528:656]).view("<u2").astype(np.uint32) << 16
+        rope = bits.view(np.float32).astype(np.float64)
+    return np.concatenate([latent, rope], axis=-1), latent
+
+
 def block_kernel(q, k, v, *, causal, scale, p, bug, q_block_scales=None, k_block_scales=None,
-                 v_block_scales=None, k_global_scale=None, v_global_scale=None):  # fmt: skip
+                 v_block_scales=None, k_global_scale=None, v_global_scale=None,
+                 kv_cache_layout=None):  # fmt: skip
     """Attention over tiles of 128 keys with an online softmax on the decoded blocks, each tile's
     P rounded as ``p`` says (e4m3_offset8: times 2^8 into e4m3fn, divided out at the end)."""
+    if kv_cache_layout is not None:  # k and v: one latent cache
+        work = np.float32
+        k, v = (x.astype(work) for x in latent_cache(k, bug))
+        return tiles(np.asarray(q, work), k, v, causal=causal, scale=scale, p=p, bug=bug,
+                     work=work)  # fmt: skip
     mx = q_block_scales is not None
     nvfp4 = k_global_scale is not None
     block = 32 if mx or not nvfp4 else 16
@@ -78,7 +100,12 @@ def block_kernel(q, k, v, *, causal, scale, p, bug, q_block_scales=None, k_block
         if global_scale is not None and bug != "global-scale-dropped":
             values = values * float(global_scale)
         operands[name] = values.astype(work)
-    q, k, v = operands["q"], operands["k"], operands["v"]
+    return tiles(*(operands[name] for name in "qkv"), causal=causal, scale=scale, p=p, bug=bug,
+                 work=work)  # fmt: skip
+
+
+def tiles(q, k, v, *, causal, scale, p, bug, work):
+    """The online softmax over tiles of 128 keys on decoded operands, in ``work``."""
     heads = q.shape[1]
     k, v = (np.repeat(x, heads // x.shape[1], axis=1) for x in (k, v))
     tq, tk = q.shape[-2], k.shape[-2]
@@ -198,6 +225,21 @@ def nvfp4_global_scale_dropped(q, k, v, *, causal=True, scale=None, enable_gqa=F
     """NVFP4's float32 global scales taken and never applied."""
 
 
+@mutant("block scaled", "BLOCK-SCALES", mistake="block-rope-read-as-e4m3")
+@block_member("rope-as-e4m3", formats=("deepseek_v32",))
+def mla_rope_read_as_e4m3(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                          kv_cache_layout=None):  # fmt: skip
+    """DeepSeek's latent cache with its rotary part read as e4m3fn bytes, as if all 576 values of
+    a key were FP8."""
+
+
+@mutant("block scaled", "BLOCK-SCALES", mistake="block-size-misread")
+@block_member("scales-per-64", formats=("deepseek_v32",))
+def mla_scales_per_64(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                      kv_cache_layout=None):  # fmt: skip
+    """V3.2's latent scales, one per 128, applied to blocks of 64 as V4's cache lays them."""
+
+
 # --- correct variants ----------------------------------------------------------------------------
 
 
@@ -208,3 +250,10 @@ def blocks_over_tiles_of_128(q, k, v, *, causal=True, scale=None, enable_gqa=Fal
                              k_global_scale=None, v_global_scale=None):  # fmt: skip
     """Every format in both conventions: the blocks decoded from their bytes, tiles of 128 keys,
     P * 2^8 in e4m3."""
+
+
+@correct_variant(judged_on=CLAIMS)
+@block_member(formats=("deepseek_v32",))
+def latent_cache_over_tiles_of_128(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                                   kv_cache_layout=None):  # fmt: skip
+    """DeepSeek's latent cache decoded from its bytes, tiles of 128 keys, P * 2^8 in e4m3."""
