@@ -17,6 +17,8 @@ arguments of the same functions: k and v with fewer heads than q (grouped-query 
 ``cu_seqlens_k``), a ``chunk``, and the score modifiers ``softcap``, ``alibi_slopes`` and
 ``sinks``; :func:`visible_keys` says which keys each query row sees, :func:`modified_scores` and
 :func:`softmax` what the modifiers do, and :func:`per_sequence` what packing means.
+:func:`attention_in_steps` is the formula with each step a parameter: the oracle runs it with every
+step as given, and each mistake of spec.mistakes.forward with one replaced.
 """
 
 from __future__ import annotations
