@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from spec.block_scaled import BlockCall, Reading
-from spec.mistakes import Family, mistake
+from spec.mistakes.registry import Family, mistake
 
 
 def block_mistake(name: str, text: str, hint: str, shows: Callable[[BlockCall], bool]):

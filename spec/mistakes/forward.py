@@ -41,8 +41,8 @@ from spec.masks import (
     visible,
     with_mask_fields,
 )
-from spec.mistakes import Family, Mistake, of_family
-from spec.mistakes import mistake as register
+from spec.mistakes.registry import Family, Mistake, of_family
+from spec.mistakes.registry import mistake as register
 
 TILE_SIZES = (32, 64, 128)  # the key tiles of the tiling mistakes: the widths kernels use
 

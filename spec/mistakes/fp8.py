@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from spec.fp8 import FP8_FORMATS, Fp8Scales, fp8_baseline, reinterpreted
-from spec.mistakes import Family, mistake
+from spec.mistakes.registry import Family, mistake
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from spec.formula import (
     repeat_kv_heads,
     resolve_scale,
 )
-from spec.mistakes import Family, mistake
+from spec.mistakes.registry import Family, mistake
 
 
 @dataclass(frozen=True)

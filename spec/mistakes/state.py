@@ -19,7 +19,7 @@ from functools import cached_property
 import numpy as np
 
 from spec.formula import reference_log_sum_exp, reference_masked_scores
-from spec.mistakes import Family, mistake
+from spec.mistakes.registry import Family, mistake
 
 
 @dataclass(frozen=True)
