@@ -65,10 +65,7 @@ def checked_latent_cache(capabilities, q, k, v, causal, scale, keywords: dict,
     if fmt not in capabilities.block_formats:
         raise AttentionInputError(f"the {fmt} block format is not declared")
     layout = CACHE_LAYOUTS[fmt]
-    if dtype_name(q) not in capabilities.fp8_queries:
-        raise AttentionInputError(
-            f"q.dtype={dtype_name(q)}, but should be one of {', '.join(capabilities.fp8_queries)}"
-        )
+    check_cache_query(capabilities, dtype_name(q))
     for name, x in (("k", k), ("v", v)):
         if dtype_name(x) != "uint8" or len(x.shape) != 4 or x.shape[-1] != layout.token_bytes:
             raise AttentionInputError(
@@ -90,6 +87,14 @@ def checked_latent_cache(capabilities, q, k, v, causal, scale, keywords: dict,
                for x, n in ((q, width), (k, width), (v, layout.latent))]  # fmt: skip
     validate_inputs(*logical, causal=causal, scale=scale, gqa=True)
     return fmt
+
+
+def check_cache_query(capabilities, dtype: str) -> None:
+    """A cache's q, not block-scaled, in one of the query dtypes the implementation declares."""
+    if dtype not in capabilities.fp8_queries:
+        raise AttentionInputError(
+            f"q.dtype={dtype}, but should be one of {', '.join(capabilities.fp8_queries)}"
+        )
 
 
 def call_format(convention: str, q, k, keywords: dict, dtype_name: Callable) -> str:
@@ -135,10 +140,7 @@ def checked_block_call(
     stored = {"q": spec.element, "k": spec.element, "v": spec.element}
     if spec.packed:
         stored = {"k": "uint8", "v": "uint8"}
-        if dtypes["q"] not in capabilities.fp8_queries:
-            raise AttentionInputError(
-                f"q.dtype={dtypes['q']}, but should be one of {', '.join(capabilities.fp8_queries)}"
-            )
+        check_cache_query(capabilities, dtypes["q"])
     for name, dtype in stored.items():
         if dtypes[name] != dtype:
             what = "e2m1 two a byte" if spec.packed else fmt

@@ -56,9 +56,7 @@ def latent_operands(cache, fmt: str):
     element (e4m3fn) times its block's float32 scale, then the bfloat16 rotary part, each part's
     bytes viewed as torch's own dtype (the machine's byte order, little endian where torch runs)."""
     layout = CACHE_LAYOUTS[fmt]
-    parts = (slice(0, layout.latent), slice(layout.latent, layout.rope_offset),
-             slice(layout.rope_offset, layout.token_bytes))  # fmt: skip
-    elements, scales, rope = (cache[..., part].contiguous() for part in parts)
+    elements, scales, rope = (cache[..., part].contiguous() for part in layout.parts)
     block = block_format(fmt).block
     latent = elements.view(torch.float8_e4m3fn).to(torch.float32)
     latent = latent * scales.view(torch.float32).repeat_interleave(block, dim=-1)

@@ -171,6 +171,12 @@ class CacheLayout:
     def token_bytes(self) -> int:
         return self.rope_offset + 2 * self.rope
 
+    @property
+    def parts(self) -> tuple[slice, slice, slice]:
+        """Where a token's latent elements, scales and rotary values lie in its bytes."""
+        return (slice(0, self.latent), slice(self.latent, self.rope_offset),
+                slice(self.rope_offset, self.token_bytes))  # fmt: skip
+
 
 CACHE_LAYOUTS = {"deepseek_v32": CacheLayout("deepseek_v32", latent=512, rope=64, scale_bytes=4)}
 
@@ -479,13 +485,13 @@ def decoded_tokens(cache, layout: CacheLayout, reading: Reading = Reading()):
     then the rotary part (bfloat16; e4m3fn bytes under ``reading.rope_as_e4m3``)."""
     fmt = block_format(layout.format)
     cache = np.asarray(cache)
-    raw_scales = np.ascontiguousarray(cache[..., layout.latent : layout.rope_offset])
-    scales = raw_scales.view("<f4").astype(np.float64)  # (..., scales)
-    elements = values_of_bytes(fmt.element)[cache[..., : layout.latent].astype(np.int64)]
+    latent_part, scale_part, rope_part = layout.parts
+    scales = np.ascontiguousarray(cache[..., scale_part]).view("<f4").astype(np.float64)
+    elements = values_of_bytes(fmt.element)[cache[..., latent_part].astype(np.int64)]
     block = fmt.block if reading.block is None else reading.block
     index = np.arange(layout.latent) // block + reading.scale_block_shift
     latent = elements * scales[..., np.clip(index, 0, layout.scales - 1)]
-    rope_bytes = cache[..., layout.rope_offset :]
+    rope_bytes = cache[..., rope_part]
     if reading.rope_as_e4m3:
         rope = values_of_bytes(fmt.element)[rope_bytes[..., : layout.rope].astype(np.int64)]
     else:

@@ -28,6 +28,7 @@ from spec.block_scaled import (
     BLOCK_FORMATS,
     CACHE_LAYOUTS,
     BlockCall,
+    bfloat16_bytes,
     block_format,
     convention_of,
     output_dtype,
@@ -205,15 +206,13 @@ def with_latent_nan_planted(call: BlockCall) -> BlockCall:
     layout = CACHE_LAYOUTS[call.fmt]
     fmt = call.format
     cache = np.array(call.k)
+    _, scale_part, rope_part = layout.parts
     *token, scale = LATENT_NAN_PLANTS["scale"]
-    start = layout.latent + layout.scale_bytes * scale
-    cache[(*token, slice(start, start + layout.scale_bytes))] = (
-        np.array([np.nan], "<f4").view(np.uint8)
-    )  # fmt: skip
+    scales = cache[(*token, scale_part)].view("<f4")  # a view: writes reach the cache
+    scales[scale] = np.nan
     cache[LATENT_NAN_PLANTS["latent"]] = codes_of(np.nan, fmt.element)
     *token, rope = LATENT_NAN_PLANTS["rope"]
-    start = layout.rope_offset + 2 * rope
-    cache[(*token, slice(start, start + 2))] = np.array([0x7FC0], "<u2").view(np.uint8)
+    cache[(*token, rope_part)][2 * rope : 2 * rope + 2] = bfloat16_bytes(np.array([np.nan]))
     q = np.array(call.q)
     q[NAN_ELEMENTS["q"]] = np.nan
     return call.with_(q=q, k=cache, v=cache)
