@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -100,25 +101,26 @@ def test_a_worker_that_dies_is_told_by_its_cause(how, selector, cause):
         client.close()
 
 
-def test_a_fork_server_that_dies_is_replaced_and_its_workers_still_serve(monkeypatch):
+@pytest.mark.parametrize("when", ["between calls", "during a call"])
+def test_a_fork_server_that_dies_is_replaced_and_no_call_is_lost_with_it(monkeypatch, when):
+    """Its workers die with it (impls.sandbox.die_with_parent); the implementation did nothing,
+    so the call it was in, or the next, is answered by a fresh worker of a fresh fork server."""
     monkeypatch.setattr(fork_server_client, "WORKERS_ARE_FORKED", True)
-    [before] = open_clients(["numpy"])
-    x = before.from_numpy(np.ones((1, 1, 4, 8)), "float64")
+    [client] = open_clients(["tests.planted.crashing:right_after_a_second"])
+    x = client.from_numpy(np.ones((1, 1, 4, 8)), "float64")
     try:
-        before.attention(x, x, x)
-        server = before.channel.process.fork_server
-        os.kill(server.process.pid, signal.SIGKILL)
-        server.process.wait()
-        # Its worker lives on, and is judged as before.
-        assert before.attention(x, x, x).shape == (1, 1, 4, 8)
-        [after] = open_clients(["numpy"])
-        try:
-            assert after.channel.process.fork_server is not server
-            assert after.attention(x, x, x).shape == (1, 1, 4, 8)
-        finally:
-            after.close()
+        client.attention(x, x, x)
+        server = client.channel.process.fork_server
+        if when == "between calls":
+            os.kill(server.process.pid, signal.SIGKILL)
+            server.process.wait()
+        else:
+            threading.Timer(0.5, os.kill, (server.process.pid, signal.SIGKILL)).start()
+        assert client.attention(x, x, x).shape == (1, 1, 4, 8)
+        assert client.channel.process.fork_server is not server
+        assert client.deaths_in_a_row == 0
     finally:
-        before.close()
+        client.close()
 
 
 def test_a_worker_that_ended_between_calls_is_started_afresh_for_the_next(how):

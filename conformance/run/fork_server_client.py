@@ -157,6 +157,11 @@ class ForkedWorker:
     def poll(self) -> int | None:
         if self.returncode is not None:
             return self.returncode
+        if self.fork_server.gone or self.fork_server.process.poll() is not None:
+            # It dies with its fork server (impls.sandbox.die_with_parent), if it has not yet:
+            # it serves no more calls, and no call may be sent to it to die in.
+            self.set_returncode(-signal.SIGKILL)
+            return self.returncode
         if self.pidfd is not None and not ended(self.pidfd):
             return None
         try:

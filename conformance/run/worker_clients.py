@@ -39,7 +39,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from conformance.run.fork_server_client import ForkedWorker, start_worker
+from conformance.run.fork_server_client import ForkedWorker, ForkServerGone, start_worker
 from conformance.run.judge_files import judge_directory
 from conformance.run.memory_watch import (
     WATCH_EVERY,
@@ -570,7 +570,7 @@ class ImplementationClient:
                     f"of {self.budget_seconds:g} s (--impl-budget)"
                 )
 
-    def exchange(self, channel: ProcessChannel, call: Call) -> Answer:
+    def exchange(self, channel: ProcessChannel, call: Call, *, again: bool = False) -> Answer:
         if not channel.alive():
             self.start_worker()
         timeout = self.call_timeout
@@ -589,6 +589,15 @@ class ImplementationClient:
                 f"{self.name} did not return from {call.op}() within {self.call_timeout:g} s: it "
                 "hangs (its worker was killed; the next call starts a fresh one)"
             )
+        except ForkServerGone as exc:
+            # The worker died with its fork server, which something outside the worker ended
+            # (the worker cannot see it from its own PID namespace): not the implementation's
+            # doing, so the call runs once more in a fresh worker under a fresh fork server.
+            channel.kill()
+            if again:
+                self.died(f"{self.name}'s worker was lost twice with its fork server: {exc}")
+            self.restarts.append(f"{describe_call(call)}: {exc}; run again in a fresh worker")
+            return self.exchange(channel, call, again=True)
         except ChildProcessError as exc:
             self.died(
                 f"{self.name} ended its worker process {time.monotonic() - started:.1f} s into "

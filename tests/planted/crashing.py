@@ -6,6 +6,8 @@ import ctypes
 import os
 import time
 
+from tests.planted.plain import correct
+
 
 def segfaults(q, k, v, *, causal=True, scale=None):
     """Reads address 0, as a kernel with a bad pointer does: SIGSEGV."""
@@ -26,3 +28,9 @@ def hangs(q, k, v, *, causal=True, scale=None):
 def sys_exits(q, k, v, *, causal=True, scale=None):
     """Calls sys.exit(0), as a library that 'handles' an error by exiting cleanly."""
     raise SystemExit(0)
+
+
+def right_after_a_second(q, k, v, *, causal=True, scale=None):
+    """Right, and slow: a call long enough for something outside to happen during it."""
+    time.sleep(1)
+    return correct(q, k, v, causal=causal, scale=scale)
