@@ -1,6 +1,6 @@
 """Extensions, block-scaled low precision as Blackwell kernels run it: MXFP8 attention, FP4
-key/value caches and DeepSeek's FP8 latent cache (BLOCK-SCALES, BLOCK-MAGNITUDE, BLOCK-ACCURACY,
-BLOCK-NAN). Inputs are quantized as callers
+key/value caches and DeepSeek's FP8 latent cache, dense and as page pools (BLOCK-SCALES,
+BLOCK-MAGNITUDE, BLOCK-PAGED, BLOCK-ACCURACY, BLOCK-NAN). Inputs are quantized as callers
 quantize them (spec.block_scaled's recipes); conformance.judge.block_scaled holds the output to
 the float64 formula on the dequantized inputs within the budget of the arithmetic the
 implementation declares."""
@@ -12,15 +12,19 @@ import pytest
 
 from conformance.judge.block_scaled import (
     BLOCK_CASES,
+    PAGED_CASES,
     accuracy_draw,
+    assert_block_lse_matches,
     assert_block_matches,
     block_case,
     call_block,
+    call_block_with_lse,
     declared_call,
     spread_draw,
     with_largest_elements,
     with_nan_planted,
 )
+from spec.block_scaled import CACHE_LAYOUTS
 
 
 @pytest.mark.claim("BLOCK-SCALES")
@@ -38,6 +42,35 @@ def test_zero_queries_and_keys_with_unit_values_give_one_in_every_row(subject, c
     case = block_case(subject, convention, fmt, batch=1, heads=2, tq=96, head_dim=64)
     q, k = np.zeros(case.q_shape), np.zeros(case.k_shape)
     call = declared_call(subject, case, q, k, np.ones(case.v_shape))
+    assert_block_matches(subject, case, call_block(subject, case, call), call)
+
+
+@pytest.mark.claim("BLOCK-MAGNITUDE")
+@pytest.mark.parametrize(("convention", "fmt"), BLOCK_CASES)
+def test_zero_queries_and_keys_give_the_log_of_the_keys_seen_as_lse(subject, convention, fmt):
+    """FlashInfer PR #3838's NVFP4 kernel returned a wrong log-sum-exp beside its halved output: a
+    merge of split states weighs each by it, so it is held as the output is."""
+    case = block_case(subject, convention, fmt, batch=1, heads=2, tq=96, head_dim=64,
+                      return_lse=True)  # fmt: skip
+    q, k = np.zeros(case.q_shape), np.zeros(case.k_shape)
+    call = declared_call(subject, case, q, k, np.ones(case.v_shape))
+    out, lse = call_block_with_lse(subject, case, call)
+    assert_block_matches(subject, case, out, call)
+    assert_block_lse_matches(subject, case, lse, call)
+
+
+# A decoding batch over pools: one item past several pages and mid-page, one short and mid-page,
+# one ending on a page's boundary; FlashMLA's pages of 64 for the latent cache, vLLM's 16 else.
+PAGED_LENGTHS = (150, 37, 64)
+
+
+@pytest.mark.claim("BLOCK-PAGED")
+@pytest.mark.parametrize(("convention", "fmt"), PAGED_CASES)
+def test_page_pools_are_read_through_the_table_and_nothing_else(subject, convention, fmt):
+    page_size = 64 if fmt in CACHE_LAYOUTS else 16
+    case = block_case(subject, convention, fmt, batch=3, heads=4, tq=1, tk=max(PAGED_LENGTHS),
+                      head_dim=64, key_lengths=PAGED_LENGTHS, page_size=page_size)  # fmt: skip
+    call = declared_call(subject, case, *spread_draw(subject, case))
     assert_block_matches(subject, case, call_block(subject, case, call), call)
 
 

@@ -17,6 +17,7 @@ from conformance.judge.harness import Case, packed_rows
 from conformance.judge.mask_draws import MaskDraw
 from conformance.judge.tables import SINKS, SLOPES
 from conformance.judge.tolerance import compare_lse, compare_merged
+from conformance.judge.tolerance import natural_lse as natural
 from spec.dtypes import round_to
 from spec.formula import accumulation_dtype, merge_states, naive_log_sum_exp
 from spec.mistakes.state import LseCall, MergeCall
@@ -27,11 +28,6 @@ SHAPES = {
     "Tq<Tk": Case(batch=1, heads=4, tq=7, tk=48, head_dim=16),
     "non-causal": Case(batch=1, heads=4, tq=33, head_dim=16, causal=False),
 }
-
-
-def natural(subject, lse: np.ndarray) -> np.ndarray:
-    """A returned log-sum-exp in the natural base, from the base the implementation declares."""
-    return lse * math.log(2) if subject.client.capabilities.lse_base == "2" else lse
 
 
 def in_declared_base(subject, lse: np.ndarray) -> np.ndarray:

@@ -14,11 +14,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from impls.fp8_calls import numpy_dtype_name
+from impls.fp8_calls import PAGED_KEYWORDS, numpy_dtype_name
 from impls.validation import AttentionInputError, validate_inputs
 from spec.block_scaled import (
     BLOCK_FORMATS,
     BLOCK_KEYWORDS,
+    CACHE_CONVENTIONS,
     CACHE_LAYOUTS,
     GLOBAL_SCALE_KEYWORDS,
     LAYOUT_KEYWORD,
@@ -40,6 +41,36 @@ def is_block_scaled_call(keywords: dict) -> bool:
     return any(name in keywords for name in BLOCK_KEYWORDS)
 
 
+def block_keywords(keywords: dict) -> dict:
+    """A block-scaled call's own keywords: its scales, global scales and cache layout."""
+    return {name: value for name, value in keywords.items() if name in BLOCK_KEYWORDS}
+
+
+def other_keywords(keywords: dict) -> dict:
+    """The rest: what the float path the blocks decode into takes (return_lse, a page pool's
+    block table and key lengths)."""
+    return {name: value for name, value in keywords.items() if name not in BLOCK_KEYWORDS}
+
+
+def checked_other_keywords(capabilities, convention: str, keywords: dict) -> dict:
+    """The call's keywords beyond its blocks, after checking that each is declared: return_lse
+    where lse is, a page pool's (PAGED_KEYWORDS) where paged is and the convention is a cache's;
+    anything else an AttentionInputError naming it."""
+    others = other_keywords(keywords)
+    allowed = {"return_lse"} if capabilities.lse else set()
+    if capabilities.paged and convention in CACHE_CONVENTIONS:
+        allowed |= set(PAGED_KEYWORDS)
+    unexpected = sorted(set(others) - allowed)
+    if unexpected:
+        raise AttentionInputError(
+            f"a block-scaled call in the {convention} convention takes "
+            + (", ".join(sorted(allowed)) or "no keyword")
+            + f" beside its blocks' here, but got {unexpected}"
+            + ("" if convention in CACHE_CONVENTIONS else " (page pools are a cache's)")
+        )
+    return others
+
+
 def call_convention(keywords: dict) -> str:
     """The block-scaled convention a call's keywords name."""
     if LAYOUT_KEYWORD in keywords:
@@ -47,15 +78,30 @@ def call_convention(keywords: dict) -> str:
     return "mx_attention" if "q_block_scales" in keywords else "fp4_cache"
 
 
+def cache_format(keywords: dict) -> tuple[str, str] | None:
+    """(convention, format) of a block-scaled cache's call as its keywords name them; None for
+    any other call, or a layout no format has (which the entry point's checks refuse)."""
+    if not is_block_scaled_call(keywords):
+        return None
+    convention = call_convention(keywords)
+    if convention == "mla_fp8_cache":
+        layout = keywords[LAYOUT_KEYWORD]
+        return (convention, layout) if layout in CACHE_LAYOUTS else None
+    if convention == "fp4_cache":
+        return convention, call_format(convention, None, None, keywords, numpy_dtype_name)
+    return None
+
+
 def checked_latent_cache(capabilities, q, k, v, causal, scale, keywords: dict,
                          dtype_name: Callable) -> str:  # fmt: skip
     """The layout of a latent cache's call (mla_fp8_cache), after its checks: a declared layout
     named and nothing else, q in a declared query dtype, k and v the same shape of uint8 bytes a
     token as the layout has, q's D the layout's key width."""
-    others = sorted(set(keywords) - {LAYOUT_KEYWORD})
+    others = sorted(set(block_keywords(keywords)) - {LAYOUT_KEYWORD})
     if others:
         raise AttentionInputError(
-            f"an mla_fp8_cache call takes {LAYOUT_KEYWORD} and nothing else; unexpected {others}"
+            f"an mla_fp8_cache call takes {LAYOUT_KEYWORD} and no other block keyword; "
+            f"unexpected {others}"
         )
     fmt = keywords[LAYOUT_KEYWORD]
     if fmt not in CACHE_LAYOUTS:
@@ -70,7 +116,8 @@ def checked_latent_cache(capabilities, q, k, v, causal, scale, keywords: dict,
         if dtype_name(x) != "uint8" or len(x.shape) != 4 or x.shape[-1] != layout.token_bytes:
             raise AttentionInputError(
                 f"{name} of shape {tuple(x.shape)} and dtype {dtype_name(x)}, but should be the "
-                f"{fmt} cache's bytes: uint8 (B, Hkv, Tk, {layout.token_bytes})"
+                f"{fmt} cache's bytes: uint8 (B, Hkv, Tk, {layout.token_bytes}), or a page pool "
+                f"of them (pages, page_size, Hkv, {layout.token_bytes})"
             )
     if tuple(k.shape) != tuple(v.shape):
         raise AttentionInputError(
@@ -85,8 +132,15 @@ def checked_latent_cache(capabilities, q, k, v, causal, scale, keywords: dict,
         )
     logical = [np.broadcast_to(np.float32(0), (*x.shape[:-1], n))
                for x, n in ((q, width), (k, width), (v, layout.latent))]  # fmt: skip
-    validate_inputs(*logical, causal=causal, scale=scale, gqa=True)
+    validate_logical(*logical, causal, scale, keywords)
     return fmt
+
+
+def validate_logical(q, k, v, causal, scale, keywords: dict) -> None:
+    """The shapes the blocks stand for checked as a float call's are, a page pool's with its
+    block table and key lengths."""
+    paging = {name: keywords[name] for name in PAGED_KEYWORDS if name in keywords}
+    validate_inputs(q, k, v, causal=causal, scale=scale, gqa=True, **paging)
 
 
 def check_cache_query(capabilities, dtype: str) -> None:
@@ -121,6 +175,7 @@ def checked_block_call(
     convention = call_convention(keywords)
     if convention not in capabilities.block_conventions:
         raise AttentionInputError(f"the {convention} block-scaled convention is not declared")
+    checked_other_keywords(capabilities, convention, keywords)
     if convention == "mla_fp8_cache":
         return convention, checked_latent_cache(capabilities, q, k, v, causal, scale, keywords,
                                                 dtype_name)  # fmt: skip
@@ -130,11 +185,11 @@ def checked_block_call(
         raise AttentionInputError(f"the {fmt} block format is not declared")
     expected = CONVENTION_KEYWORDS[convention] + (GLOBAL_SCALE_KEYWORDS * spec.global_scale)
     missing = [name for name in expected if name not in keywords]
-    others = sorted(set(keywords) - set(expected))
+    others = sorted(set(block_keywords(keywords)) - set(expected))
     if missing or others:
         raise AttentionInputError(
-            f"a {fmt} call in the {convention} convention takes {', '.join(expected)} and "
-            f"nothing else; missing {missing or 'nothing'}, unexpected {others or 'nothing'}"
+            f"a {fmt} call in the {convention} convention takes {', '.join(expected)} and no "
+            f"other block keyword; missing {missing or 'nothing'}, unexpected {others or 'nothing'}"
         )
     dtypes = {name: dtype_name(x) for name, x in zip("qkv", (q, k, v), strict=True)}
     stored = {"q": spec.element, "k": spec.element, "v": spec.element}
@@ -151,7 +206,7 @@ def checked_block_call(
     if spec.packed:  # two elements a byte
         shapes |= {name: (*shapes[name][:-1], 2 * shapes[name][-1]) for name in "kv"}
     logical = [np.broadcast_to(np.float32(0), shapes[name]) for name in "qkv"]
-    validate_inputs(*logical, causal=causal, scale=scale, gqa=True)
+    validate_logical(*logical, causal, scale, keywords)
     for name in CONVENTION_KEYWORDS[convention]:
         operand = name[0]
         try:

@@ -390,12 +390,17 @@ class NumpyFlash(NumpyArrays, Implementation):
                 grad_sinks += grads[3]
         return (grad_q, grad_k, grad_v) + (() if grad_sinks is None else (grad_sinks,))
 
-    def p_rounded_tiles(self, q, k, v, *, causal, scale):
-        """The tiles with each tile's P rounded as block_p declares, before its product with V."""
-        return tiled_attention(
-            q, k, v, causal=causal, scale=resolve_scale(scale, q.shape[-1]),
-            rounded_weights=lambda weights: round_p(weights, self.capabilities.block_p),
-        )  # fmt: skip
+    def p_rounded_tiles(self, q, k, v, *, causal, scale, return_lse=False, block_table=None,
+                        key_lengths=None, page_size=None):  # fmt: skip
+        """The tiles with each tile's P rounded as block_p declares, before its product with V;
+        k and v page pools where a block table is given."""
+        rounded = {"rounded_weights": lambda weights: round_p(weights, self.capabilities.block_p)}
+        if block_table is not None:
+            return self.paged_attention(q, k, v, block_table, causal=causal, scale=scale,
+                                        window=None, return_lse=return_lse,
+                                        key_lengths=key_lengths, **rounded)  # fmt: skip
+        return tiled_attention(q, k, v, causal=causal, scale=resolve_scale(scale, q.shape[-1]),
+                               with_lse=return_lse, **rounded)  # fmt: skip
 
     def attention(
         self, q, k, v, *, causal=True, scale=None, window=None, return_lse=False, **variant

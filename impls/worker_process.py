@@ -34,6 +34,7 @@ from impls.bench_inputs import (
     fresh_fp8_inputs,
     fresh_inputs,
 )
+from impls.block_scaled_calls import cache_format
 from impls.capabilities import operand_layouts
 from impls.contract import Implementation
 from impls.device_clock import AnswerStillWritten, DeviceClock
@@ -56,7 +57,7 @@ from impls.messages import (
     send,
 )
 from impls.sandbox import Confinement, WorkerBounds, become_subreaper, confine
-from spec.block_scaled import BLOCK_FORMATS, stored_dtypes
+from spec.block_scaled import BLOCK_FORMATS, PAGED_SCALES, stored_dtypes, unread_bytes
 from spec.formula import page_pool
 from spec.fp8 import FP8_FORMATS
 
@@ -218,17 +219,26 @@ ROW_GAP = 8  # elements between one row's end and the next row's start in the ro
 
 def paged(call: Call) -> Call:
     """The call with k and v laid out as page pools of ``page_size`` (spec.formula.page_pool),
-    its block table and key lengths (every key, where the test gave none) among its keywords. The
-    pages' order is drawn from the keys' own bytes: the same inputs, the same pool."""
+    a block-scaled cache's scales with them, its block table and key lengths (every key, where the
+    test gave none) among its keywords. The pages' order is drawn from the keys' own bytes: the
+    same inputs, the same pool."""
     q, k, v = call.arrays[:3]
     keywords = dict(call.keywords)
     page_size = keywords["page_size"]
     key_lengths = keywords.get("key_lengths") or (k.shape[-2],) * k.shape[0]
-    pools = []
-    for array in (k, v):
-        rng = np.random.default_rng(zlib.crc32(k.array.tobytes()))
-        pools.append(page_pool(array.array, key_lengths, page_size, rng))
-    (k_pool, table), (v_pool, _) = pools
+    # a block-scaled cache's bytes: what reads as NaN in its format where no key is
+    cache = cache_format(keywords)
+    unread = unread_bytes(*cache) if cache else {}
+
+    def pool_of(name: str, array: np.ndarray):
+        rng = np.random.default_rng(zlib.crc32(k.array.tobytes()))  # one order for every pool
+        return page_pool(array, key_lengths, page_size, rng, unowned=unread.get(name, np.nan),
+                         past=unread.get(name, np.inf))  # fmt: skip
+
+    (k_pool, table), (v_pool, _) = pool_of("k", k.array), pool_of("v", v.array)
+    for name in PAGED_SCALES:  # an FP4 cache's scales, token by token as its elements
+        if cache and name in keywords:
+            keywords[name] = pool_of(name, np.asarray(keywords[name]))[0]
     keywords |= {"block_table": table, "key_lengths": tuple(key_lengths)}
     arrays = (q, InputArray(k_pool, k.dtype), InputArray(v_pool, v.dtype), *call.arrays[3:])
     return dataclasses.replace(call, arrays=arrays, keywords=keywords)

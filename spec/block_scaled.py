@@ -215,6 +215,29 @@ BLOCK_KEYWORDS = BLOCK_SCALE_KEYWORDS + GLOBAL_SCALE_KEYWORDS + (LAYOUT_KEYWORD,
 CACHE_CONVENTIONS = ("fp4_cache", "mla_fp8_cache")
 
 
+# What a cache's page pool holds beside k and v, token by token: an FP4 cache's block scales
+PAGED_SCALES = ("k_block_scales", "v_block_scales")
+
+
+def unread_bytes(convention: str, fmt: str) -> dict:
+    """What a page pool of a block-scaled cache holds where no item's keys are, for k, v and the
+    scales that travel with them: bytes that read as NaN in the format, so that a kernel reading a
+    page or a slot it does not own shows it. e2m1 has no NaN: an FP4 cache's elements hold 0
+    there and its scales NaN (e8m0's 0xFF, e4m3fn's 0x7F); a latent cache's tokens are NaN in
+    each part (latent, scales and rotary values)."""
+    if convention == "mla_fp8_cache":
+        layout = CACHE_LAYOUTS[fmt]
+        latent_part, scale_part, rope_part = layout.parts
+        token = np.zeros(layout.token_bytes, np.uint8)
+        token[latent_part] = codes_of(np.nan, block_format(fmt).element)
+        token[scale_part] = np.full(layout.scales, np.nan, "<f4").view(np.uint8)
+        token[rope_part] = bfloat16_bytes(np.full(layout.rope, np.nan))
+        return {"k": token, "v": token}
+    spec = block_format(fmt)
+    nan_scale = E8M0_NAN if spec.scale == "e8m0" else int(codes_of(np.nan, spec.scale))
+    return {"k": 0, "v": 0} | dict.fromkeys(PAGED_SCALES, nan_scale)
+
+
 def convention_of(fmt: str) -> str:
     """The convention a format's calls are in: an FP4 format's, a key/value cache's; a cache
     layout's, the latent cache's; an MXFP8 format's, MXFP8 attention's."""
@@ -291,6 +314,9 @@ class BlockCall:
     # rounded (spec.fp8.P_ROUNDINGS) and the output's dtype
     p_rounding: str = "float32"
     out_dtype: str = "float32"
+    # a cache's: the page size of the pools k, v and their scales reach the kernel in (their
+    # pages and slots no item owns read as NaN: unread_bytes); None: dense
+    page_size: int | None = None
 
     @property
     def format(self) -> BlockFormat:
@@ -331,16 +357,19 @@ class BlockCall:
             operands.append(values)
         return tuple(operands)
 
-    def baseline(self, reading: Reading = Reading(), **changes) -> np.ndarray:
+    def baseline(self, reading: Reading = Reading(), operands=None, **changes) -> np.ndarray:
         """The naive formula as a block-scaled kernel rounds it, on the operands as ``reading``
-        reads them: each block's elements times its scale in float32 (exact for e8m0's powers of
-        two), q k^T and P v summed in float32, P rounded as the call's p_rounding says, the
-        output in its out_dtype; ``changes`` to spec.fp8.fp8_baseline's arguments (p_rounding,
-        accumulator). Float64, (B, H, Tq, Dv)."""
+        reads them (or the dequantized ``operands`` given): each block's elements times its scale
+        in float32 (exact for e8m0's powers of two), q k^T and P v summed in float32, P rounded as
+        the call's p_rounding says, the output in its out_dtype; ``changes`` to the call's options
+        (key_lengths) or spec.fp8.fp8_baseline's arguments (p_rounding, accumulator). Float64,
+        (B, H, Tq, Dv)."""
         with np.errstate(all="ignore"):
-            q, k, v = (x.astype(np.float32) for x in self.dequantized(reading))
-            arithmetic = dict(p_rounding=self.p_rounding, out_dtype=self.out_dtype) | changes
-            return fp8_baseline(q, k, v, Fp8Scales("kv_scale", {}), **arithmetic, **self.options)
+            operands = self.dequantized(reading) if operands is None else operands
+            q, k, v = (x.astype(np.float32) for x in operands)
+            arithmetic = dict(p_rounding=self.p_rounding, out_dtype=self.out_dtype)
+            arithmetic |= self.options | changes
+            return fp8_baseline(q, k, v, Fp8Scales("kv_scale", {}), **arithmetic)
 
     def one_head(self, batch: int, head: int, group: int) -> BlockCall:
         """Query head ``head`` of item ``batch`` alone, with its key/value head (``group`` query

@@ -773,18 +773,23 @@ def _rounded(x, dtype: str) -> np.ndarray:
 # --- paged key/value caches (the paged feature) ---------------------------------------------------
 
 
-def page_pool(kv: np.ndarray, key_lengths, page_size: int, rng: np.random.Generator):
+def page_pool(kv: np.ndarray, key_lengths, page_size: int, rng: np.random.Generator, *,
+              unowned=np.nan, past=np.inf):  # fmt: skip
     """A dense (B, Hkv, Tk, D) cache laid out as a serving engine's page pool: (pages, page_size,
     Hkv, D) with twice the pages the items need, in random order, and the block table (B,
-    max_pages) of int32 page indices. Pages no table points to hold NaN, the slots of an item's
-    last page past its length +inf, and a table's entries past an item's pages point at a NaN
-    page: a kernel that reads any of them shows it. Returns (pool, block_table)."""
+    max_pages) of int32 page indices. Pages no table points to hold ``unowned`` (NaN), the slots
+    of an item's last page past its length ``past`` (+inf), and a table's entries past an item's
+    pages point at an unowned page: a kernel that reads any of them shows it. A pool of bytes
+    takes the bytes that read as NaN in its format (spec.block_scaled.unread_bytes), a value or
+    a token's worth. Returns (pool, block_table)."""
     batch, heads, tk, dim = kv.shape
     lengths = [tk] * batch if key_lengths is None else [int(n) for n in key_lengths]
     pages_of = [-(-n // page_size) for n in lengths]  # ceil(L_b / page_size)
     needed = sum(pages_of)
     total = 2 * needed + 1  # unused pages, at least one for the tables' spare entries
-    pool = np.full((total, page_size, heads, dim), np.nan)
+    dtype = kv.dtype if kv.dtype == np.uint8 else np.float64
+    pool = np.empty((total, page_size, heads, dim), dtype)
+    pool[...] = unowned
     order = rng.permutation(total)
     table = np.full((batch, max(max(pages_of), 1)), order[-1], dtype=np.int32)  # a NaN page
     used = iter(order[:needed])
@@ -794,7 +799,7 @@ def page_pool(kv: np.ndarray, key_lengths, page_size: int, rng: np.random.Genera
             table[b, p] = page
             slots = min(page_size, length - p * page_size)
             pool[page, :slots] = kv[b, :, p * page_size : p * page_size + slots].transpose(1, 0, 2)
-            pool[page, slots:] = np.inf  # past the item's length
+            pool[page, slots:] = past  # past the item's length
     return pool, table
 
 

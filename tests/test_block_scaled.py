@@ -22,7 +22,9 @@ from spec.block_scaled import (
     quantize_call,
     round_to_e2m1,
     unpacked_e2m1,
+    unread_bytes,
 )
+from spec.formula import page_pool
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -206,3 +208,51 @@ def test_a_malformed_latent_cache_call_is_refused_naming_what_is_wrong(change, n
         operands["q"] = impl.from_numpy(change["q"], "bfloat16")
     with pytest.raises(AttentionInputError, match=named.replace("[", r"\[").replace("]", r"\]")):
         impl.attention(operands["q"], operands["k"], operands["v"], causal=True, **keywords)
+
+
+def paged_fp4_call(too_short: bool = False, lengths=(40, 17)):
+    """numpy_flash's arguments for an NVFP4 cache as page pools of 16 (impls.worker_process
+    lays them out so); ``too_short``: each pool cut before the last page its table points at."""
+    rng = np.random.default_rng(5)
+    q, kv = rng.standard_normal((2, 2, 1, 32)), rng.standard_normal((2, 1, 40, 32))
+    call = quantize_call(q, kv, kv, "fp4_cache", "nvfp4", "float32")
+    unread = unread_bytes("fp4_cache", "nvfp4")
+
+    def pool_of(name, array):
+        pool, table = page_pool(np.asarray(array), lengths, 16, np.random.default_rng(0),
+                                unowned=unread[name], past=unread[name])  # fmt: skip
+        return (pool[: table.max()] if too_short else pool), table
+
+    (k, table), (v, _) = pool_of("k", call.k), pool_of("v", call.v)
+    keywords = call.keywords | {name: pool_of(name, call.keywords[name])[0]
+                                for name in ("k_block_scales", "v_block_scales")}  # fmt: skip
+    keywords |= {"block_table": table, "key_lengths": lengths}
+    return call.q.astype(np.float32), k, v, keywords
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (dict(too_short=True), r"block_table holds pages 0\.\.\d+, but the pool has \d+"),
+        (dict(lengths=(40, 70)), r"key_lengths=\[40, 70\] goes past the block table's capacity"),
+        (dict(scales_of_keys=True), r"k_block_scales of shape \(\d+, 16, 1, 1\)"),
+    ],
+)
+def test_a_malformed_page_pool_of_a_cache_is_refused_naming_what_is_wrong(change, named):
+    impl = resolve("numpy_flash")
+    q, k, v, keywords = paged_fp4_call(change.get("too_short", False))
+    if "lengths" in change:
+        keywords["key_lengths"] = change["lengths"]
+    if "scales_of_keys" in change:  # one scale a token, as if the blocks ran along the keys
+        keywords["k_block_scales"] = keywords["k_block_scales"][..., :1]
+    with pytest.raises(AttentionInputError, match=named):
+        impl.attention(q, k, v, causal=True, **keywords)
+
+
+def test_page_pools_are_refused_where_the_convention_is_not_a_caches():
+    impl = resolve("numpy_flash")
+    call = mx_call()
+    natives = [impl.from_numpy(x, "float8_e4m3fn") for x in (call.q, call.k, call.v)]
+    paging = {"block_table": np.zeros((1, 4), np.int32), "key_lengths": (64,)}
+    with pytest.raises(AttentionInputError, match=r"page pools are a cache's"):
+        impl.attention(*natives, causal=True, **call.keywords, **paging)

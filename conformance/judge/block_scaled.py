@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.judge.diagnosis import diagnose_block
+from conformance.judge.assertions import assert_within_budget, fail
+from conformance.judge.diagnosis import diagnose_block, diagnose_lse
 from conformance.judge.fp8 import (
     checked_output,
     compare_dequantized,
@@ -23,9 +24,11 @@ from conformance.judge.fp8 import (
 )
 from conformance.judge.fp8_calls import dominant_key
 from conformance.judge.harness import Case, Subject
+from conformance.judge.tolerance import compare_lse, natural_lse
 from spec.block_scaled import (
     BLOCK_CONVENTIONS,
     BLOCK_FORMATS,
+    CACHE_CONVENTIONS,
     CACHE_LAYOUTS,
     BlockCall,
     bfloat16_bytes,
@@ -36,7 +39,9 @@ from spec.block_scaled import (
     scale_axis,
     stored_dtypes,
 )
+from spec.formula import naive_log_sum_exp
 from spec.fp8 import codes_of, ml_dtypes_missing
+from spec.mistakes.state import LseCall
 
 # Each declared convention with the formats it takes: MXFP8 for attention, FP4 for the cache
 CONVENTION_FORMATS = {
@@ -48,6 +53,8 @@ BLOCK_CASES = [
     for convention, formats in CONVENTION_FORMATS.items()
     for fmt in formats
 ]
+# the caches' conventions, whose k and v a kernel may take as page pools
+PAGED_CASES = [case for case in BLOCK_CASES if case.values[0] in CACHE_CONVENTIONS]
 QUERY_DTYPES = ("bfloat16", "float16", "float32")  # fp4_cache's q: the narrowest declared
 BLOCK_SPREAD = 8  # per-block magnitudes over 2^-8 .. 2^8
 
@@ -81,10 +88,12 @@ def declared_call(subject: Subject, case: Case, q, k, v) -> BlockCall:
     """Model values quantized as the case's convention's callers do, with the arithmetic the
     implementation declares."""
     caps = subject.client.capabilities
-    call = quantize_call(q, k, v, case.block_convention, case.block_format, case.dtype,
-                         dict(causal=case.causal, scale=case.scale))  # fmt: skip
+    options = dict(causal=case.causal, scale=case.scale)
+    if case.key_lengths is not None:
+        options["key_lengths"] = tuple(case.key_lengths)
+    call = quantize_call(q, k, v, case.block_convention, case.block_format, case.dtype, options)
     out_dtype = output_dtype(case.block_convention, case.dtype, caps.block_output)
-    return call.with_(p_rounding=caps.block_p, out_dtype=out_dtype)
+    return call.with_(p_rounding=caps.block_p, out_dtype=out_dtype, page_size=case.page_size)
 
 
 def block_magnitudes(subject: Subject, shape, axis: int, block: int, spread: float) -> np.ndarray:
@@ -221,12 +230,47 @@ def with_latent_nan_planted(call: BlockCall) -> BlockCall:
 def call_block(subject: Subject, case: Case, call: BlockCall) -> np.ndarray:
     """The implementation's output for a block-scaled call, float64 (B, H, Tq, Dv), after checking
     that it came back in the dtype its convention says."""
+    return checked_output(subject, case, answer_of(subject, case, call), call.out_dtype)
+
+
+def call_block_with_lse(subject: Subject, case: Case, call: BlockCall):
+    """(out, lse) of a block-scaled call with return_lse=True: the output as :func:`call_block`
+    checks it, the log-sum-exp float64 (B, H, Tq) in the natural base."""
+    answer = answer_of(subject, case, call, return_lse=True)
+    if not isinstance(answer, tuple) or len(answer) != 2:
+        fail(subject, case, "with return_lse=True, should return (out, lse)")
+    out = checked_output(subject, case, answer[0], call.out_dtype)
+    lse = subject.client.to_numpy(answer[1]).astype(np.float64)
+    if lse.shape != case.q_shape[:-1]:
+        fail(subject, case, f"lse of shape {lse.shape}, but should be {case.q_shape[:-1]}")
+    return out, natural_lse(subject, lse)
+
+
+def answer_of(subject: Subject, case: Case, call: BlockCall, **keywords):
+    """The implementation's answer, as returned, to ``call`` in the dtypes its convention stores;
+    a paged case's k and v laid out as page pools by the worker (the block scales with them)."""
     client = subject.client
     dtypes = stored_dtypes(call.convention, call.fmt, case.dtype)
     stored = (call.q, call.k, call.v)
     natives = [client.from_numpy(x, dtype) for x, dtype in zip(stored, dtypes, strict=True)]
-    answer = client.attention(*natives, causal=case.causal, scale=case.scale, **call.keywords)
-    return checked_output(subject, case, answer, call.out_dtype)
+    if case.page_size is not None:  # the worker lays the pools out (spec.formula.page_pool)
+        keywords |= {"page_size": case.page_size, "key_lengths": call.options["key_lengths"]}
+    return client.attention(*natives, causal=case.causal, scale=case.scale, **call.keywords,
+                            **keywords)  # fmt: skip
+
+
+def assert_block_lse_matches(subject: Subject, case: Case, lse: np.ndarray, call: BlockCall):
+    """``lse`` (natural base) the log-sum-exp of the dequantized q k^T within the budget of a
+    float32 one; a failure named by the log-sum-exp mistake it matches."""
+    __tracebackhide__ = True
+    q, k, _ = call.dequantized()
+    lse_call = LseCall(q, k, dict(call.options), subject.client.capabilities.lse_base)
+    naive = naive_log_sum_exp(q, k, dtype="float32", **call.options)
+    comparison = compare_lse(lse, lse_call.truth, naive, dtype="float32")
+    finding = None
+    if not comparison.ok:
+        finding = diagnose_lse(lse, lse_call, case=case, comparison=comparison)
+    assert_within_budget(subject, case, "lse", comparison, finding)
 
 
 def assert_block_matches(subject: Subject, case: Case, out: np.ndarray, call: BlockCall) -> None:

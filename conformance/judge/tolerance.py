@@ -32,6 +32,7 @@ Run ``python -m conformance.survey`` to see where the built-ins sit inside these
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -323,6 +324,11 @@ def compare_merged(
         max_score=largest_finite(natural_lses),
         budgets={dtype: merge_budget},
     )
+
+
+def natural_lse(subject, lse: np.ndarray) -> np.ndarray:
+    """A returned log-sum-exp in the natural base, from the base the implementation declares."""
+    return lse * math.log(2) if subject.client.capabilities.lse_base == "2" else lse
 
 
 def compare_lse(actual: np.ndarray, truth: np.ndarray, naive: np.ndarray, *, dtype: str):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from spec.block_scaled import BlockCall, Reading
 from spec.mistakes.registry import Family, mistake
 
@@ -117,3 +119,30 @@ def _p_scale_1(call: BlockCall):
 )
 def _halved(call: BlockCall):
     return call.baseline() / 2
+
+
+def _partial_last_page(call: BlockCall) -> bool:
+    lengths = call.options.get("key_lengths") or ()
+    return call.page_size is not None and any(n % call.page_size for n in lengths)
+
+
+@block_mistake(
+    "block-last-page-read-whole",
+    "each item's last page read whole: the slots past its length (NaN in the pool) taken as keys, "
+    "the rows that reach them NaN",
+    "an item's key count rounded up to whole pages where the pages are split among blocks "
+    "(FlashInfer's split-KV read FP4 pages wrongly for short queries over long caches)",
+    _partial_last_page,
+)
+def _last_page_whole(call: BlockCall):
+    size = call.page_size
+    lengths = [int(n) for n in call.options["key_lengths"]]
+    whole = tuple(-(-n // size) * size for n in lengths)
+    q, k, v = call.dequantized()
+    # zeros past each item's whole pages: never read, and no NaN for a masked weight of 0 to meet
+    read = [np.zeros((*x.shape[:2], max(whole), x.shape[-1])) for x in (k, v)]
+    for b, (length, end) in enumerate(zip(lengths, whole, strict=True)):
+        for dense, x in zip(read, (k, v), strict=True):
+            dense[b, :, :length] = x[b, :, :length]
+            dense[b, :, length:end] = np.nan
+    return call.baseline(operands=(q, *read), key_lengths=whole)

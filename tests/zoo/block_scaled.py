@@ -1,8 +1,9 @@
 """Zoo members in block-scaled formats: kernels whose plumbing of the blocks went wrong as
 Blackwell kernels' did (v scaled along D, P at scale 1, the output halved, a block of 16 read as
-32 and the reverse, e8m0's bias off by one, nibbles swapped, NVFP4's global scale dropped) or as
-DeepSeek's latent cache can be misread (its rotary part read as e4m3, its scales per 64), and
-correct ones that round P at 2^8 over tiles of 128 keys.
+32 and the reverse, e8m0's bias off by one, nibbles swapped, NVFP4's global scale dropped, the
+log-sum-exp at P's scale, a page pool's last page read whole) or as DeepSeek's latent cache can
+be misread (its rotary part read as e4m3, its scales per 64), and correct ones that round P at
+2^8 over tiles of 128 keys, dense or paged.
 
 Each member is a plain callable that declares its convention by its keywords and its arithmetic
 by attributes (fn.block_formats, fn.block_p, fn.block_output). The kernel below decodes the bytes
@@ -72,16 +73,39 @@ def latent_cache(cache, bug):
     return np.concatenate([latent, rope], axis=-1), latent
 
 
-def block_kernel(q, k, v, *, causal, scale, p, bug, q_block_scales=None, k_block_scales=None,
-                 v_block_scales=None, k_global_scale=None, v_global_scale=None,
-                 kv_cache_layout=None):  # fmt: skip
+def gathered(pool, table, lengths, page_size: int) -> np.ndarray:
+    """(B, Hkv, max L_b, X) of a pool (pages, page_size, Hkv, X): item b's first L_b tokens read
+    through its table's pages, zeros past them."""
+    pool = np.asarray(pool)
+    dense = np.zeros((len(lengths), pool.shape[2], max(lengths), pool.shape[3]), pool.dtype)
+    for b, length in enumerate(lengths):
+        pages = np.asarray(table)[b, : -(-length // page_size)]
+        dense[b, :, :length] = pool[pages].reshape(-1, *pool.shape[2:])[:length].swapaxes(0, 1)
+    return dense
+
+
+def block_kernel(q, k, v, *, causal, scale, p, bug, with_lse=False, block_table=None,
+                 key_lengths=None, q_block_scales=None, k_block_scales=None, v_block_scales=None,
+                 k_global_scale=None, v_global_scale=None, kv_cache_layout=None):  # fmt: skip
     """Attention over tiles of 128 keys with an online softmax on the decoded blocks, each tile's
-    P rounded as ``p`` says (e4m3_offset8: times 2^8 into e4m3fn, divided out at the end)."""
+    P rounded as ``p`` says (e4m3_offset8: times 2^8 into e4m3fn, divided out at the end); a
+    cache's pools (k, v and their scales) read through the block table first."""
+    if block_table is not None:
+        page_size = k.shape[1]
+        lengths = [int(n) for n in key_lengths]
+        if bug == "last-page-whole":  # its slots past the item's length read as keys
+            lengths = [-(-n // page_size) * page_size for n in lengths]
+        k, v = (gathered(x, block_table, lengths, page_size) for x in (k, v))
+        if k_block_scales is not None:
+            k_block_scales = gathered(k_block_scales, block_table, lengths, page_size)
+            v_block_scales = gathered(v_block_scales, block_table, lengths, page_size)
+        key_lengths = lengths
+    lengths = {"key_lengths": key_lengths, "with_lse": with_lse}
     if kv_cache_layout is not None:  # k and v: one latent cache
         work = np.float32
         k, v = (x.astype(work) for x in latent_cache(k, bug))
         return tiles(np.asarray(q, work), k, v, causal=causal, scale=scale, p=p, bug=bug,
-                     work=work)  # fmt: skip
+                     work=work, **lengths)  # fmt: skip
     mx = q_block_scales is not None
     nvfp4 = k_global_scale is not None
     block = 32 if mx or not nvfp4 else 16
@@ -101,15 +125,19 @@ def block_kernel(q, k, v, *, causal, scale, p, bug, q_block_scales=None, k_block
             values = values * float(global_scale)
         operands[name] = values.astype(work)
     return tiles(*(operands[name] for name in "qkv"), causal=causal, scale=scale, p=p, bug=bug,
-                 work=work)  # fmt: skip
+                 work=work, **lengths)  # fmt: skip
 
 
-def tiles(q, k, v, *, causal, scale, p, bug, work):
-    """The online softmax over tiles of 128 keys on decoded operands, in ``work``."""
+def tiles(q, k, v, *, causal, scale, p, bug, work, key_lengths=None, with_lse=False):
+    """The online softmax over tiles of 128 keys on decoded operands, in ``work``; with
+    ``with_lse``, (out, the natural log-sum-exp of each row's scores)."""
     heads = q.shape[1]
     k, v = (np.repeat(x, heads // x.shape[1], axis=1) for x in (k, v))
     tq, tk = q.shape[-2], k.shape[-2]
-    seen = visible_keys(tq, tk, causal=causal)
+    if key_lengths is not None:  # an item's keys past its length are never loaded
+        loaded = (np.arange(tk) < np.asarray(key_lengths)[:, None])[:, None, :, None]
+        k, v = (np.where(loaded, x, work(0)) for x in (k, v))
+    seen = visible_keys(tq, tk, causal=causal, key_lengths=key_lengths)
     offset = work(256.0 if p == "e4m3_offset8" else 1.0)
     score_scale = work(resolve_scale(scale, q.shape[-1]))
     top = np.full((*q.shape[:-1], 1), -np.inf, work)
@@ -132,7 +160,12 @@ def tiles(q, k, v, *, causal, scale, p, bug, work):
     if bug == "output-halved":
         total = total * 2
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total == 0, work(0), acc / (total * offset))
+        out = np.where(total == 0, work(0), acc / (total * offset))
+        if not with_lse:
+            return out
+        # P's sum as the tiles kept it: at P's e4m3 scale where that was never divided out
+        kept = total * offset if bug == "lse-keeps-p-offset" else total
+        return out, (top + np.log(kept))[..., 0]
 
 
 def block_member(bug=None, *, formats=("mxfp8_e4m3", "mxfp8_e5m2", "nvfp4", "mxfp4")):
@@ -142,14 +175,20 @@ def block_member(bug=None, *, formats=("mxfp8_e4m3", "mxfp8_e5m2", "nvfp4", "mxf
 
     def make(signature):
         @functools.wraps(signature)
-        def attention(q, k, v, *, causal=True, scale=None, enable_gqa=False, **scales):
+        def attention(q, k, v, *, causal=True, scale=None, enable_gqa=False, return_lse=False,
+                      page_size=None, **scales):  # fmt: skip
             scales = {name: value for name, value in scales.items() if value is not None}
-            if not scales:
-                out = block_kernel(q, k, v, causal=causal, scale=scale, p="float32", bug=None)
-                return out.astype(q.dtype)
-            out = block_kernel(q, k, v, causal=causal, scale=scale, p="e4m3_offset8", bug=bug,
-                               **scales)  # fmt: skip
-            return out.astype(np.float32 if "q_block_scales" in scales else q.dtype)
+            if not set(scales) - {"block_table", "key_lengths"}:
+                answer = block_kernel(q, k, v, causal=causal, scale=scale, p="float32", bug=None,
+                                      with_lse=return_lse, **scales)  # fmt: skip
+                dtype = q.dtype
+            else:
+                answer = block_kernel(q, k, v, causal=causal, scale=scale, p="e4m3_offset8",
+                                      bug=bug, with_lse=return_lse, **scales)  # fmt: skip
+                dtype = np.float32 if "q_block_scales" in scales else q.dtype
+            if return_lse:  # the log-sum-exp in the dtype the tiles ran in
+                return answer[0].astype(dtype), answer[1]
+            return answer.astype(dtype)
 
         attention.block_formats, attention.block_p = formats, "e4m3_offset8"
         attention.block_output = "float32"
@@ -240,12 +279,32 @@ def mla_scales_per_64(q, k, v, *, causal=True, scale=None, enable_gqa=False,
     """V3.2's latent scales, one per 128, applied to blocks of 64 as V4's cache lays them."""
 
 
+@mutant("block scaled", "BLOCK-MAGNITUDE", mistake="lse-keeps-p-offset")
+@block_member("lse-keeps-p-offset", formats=("mxfp8_e4m3",))
+def mx_lse_keeps_p_offset(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                          return_lse=False, q_block_scales=None, k_block_scales=None,
+                          v_block_scales=None):  # fmt: skip
+    """The log-sum-exp taken of P's sum at P's e4m3 scale of 2^8, which the output divides out:
+    every row's ln 2^8 too large, the output right."""
+
+
+@mutant("block scaled", "BLOCK-PAGED", mistake="block-last-page-read-whole")
+@block_member("last-page-whole", formats=("nvfp4",))
+def nvfp4_last_page_read_whole(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                               block_table=None, key_lengths=None, k_block_scales=None,
+                               v_block_scales=None, k_global_scale=None,
+                               v_global_scale=None):  # fmt: skip
+    """An NVFP4 page pool read with each item's last page whole: the slots past its length taken
+    as keys."""
+
+
 # --- correct variants ----------------------------------------------------------------------------
 
 
 @correct_variant(judged_on=CLAIMS)
 @block_member()
 def blocks_over_tiles_of_128(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                             return_lse=False, block_table=None, key_lengths=None,
                              q_block_scales=None, k_block_scales=None, v_block_scales=None,
                              k_global_scale=None, v_global_scale=None):  # fmt: skip
     """Every format in both conventions: the blocks decoded from their bytes, tiles of 128 keys,
@@ -255,5 +314,6 @@ def blocks_over_tiles_of_128(q, k, v, *, causal=True, scale=None, enable_gqa=Fal
 @correct_variant(judged_on=CLAIMS)
 @block_member(formats=("deepseek_v32",))
 def latent_cache_over_tiles_of_128(q, k, v, *, causal=True, scale=None, enable_gqa=False,
+                                   return_lse=False, block_table=None, key_lengths=None,
                                    kv_cache_layout=None):  # fmt: skip
     """DeepSeek's latent cache decoded from its bytes, tiles of 128 keys, P * 2^8 in e4m3."""
