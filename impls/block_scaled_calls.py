@@ -1,7 +1,8 @@
 """The checks a block-scaled kernel's entry point makes (spec.block_scaled), shared by every
 family's built-ins so that each refuses the same calls in the same words: one convention's
 keywords, operands in a declared format, each scale tensor's shape and dtype, a block that divides
-its axis, global scales that are finite and positive.
+its axis, global scales that are finite and positive; beside them, return_lse and a cache's page
+pools where declared, the pools' table and lengths checked as a float call's are.
 
 Operands are read through their ``.shape`` and their dtype's name alone (``dtype_name``), scales
 through :func:`spec.masks.host_values`, so NumPy arrays and torch tensors (on any device, with or
