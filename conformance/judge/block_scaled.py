@@ -6,7 +6,9 @@ The budget is FP8's rule (conformance.judge.fp8.fp8_budget) with the baseline th
 kernel's own: the naive formula on the blocks' values, P rounded where the implementation declares
 (Capabilities.block_p), sums in float32 and the output in its dtype. A failure is named by the
 block-scaled mistake (spec.mistakes.block_scaled) it matches, and says its norm's ratio to the
-truth's: a scale lost shows there, where the cosine stays 1.
+truth's: a scale lost shows there, where the cosine stays 1. A returned log-sum-exp is held to a
+float32 one's budget on the dequantized q and k; a cache's case may reach the kernel as page pools
+the worker lays out (spec.block_scaled.unread_bytes: NaN wherever no item's keys are).
 """
 
 from __future__ import annotations
