@@ -62,6 +62,11 @@ def checked_other_keywords(capabilities, convention: str, keywords: dict) -> dic
     if capabilities.paged and convention in CACHE_CONVENTIONS:
         allowed |= set(PAGED_KEYWORDS)
     unexpected = sorted(set(others) - allowed)
+    if not unexpected and set(others) & set(PAGED_KEYWORDS) and "block_table" not in others:
+        raise AttentionInputError(
+            f"{sorted(set(others) & set(PAGED_KEYWORDS))} without block_table: beside its blocks "
+            "a call takes key lengths and a page size only with a page pool's block table"
+        )
     if unexpected:
         raise AttentionInputError(
             f"a block-scaled call in the {convention} convention takes "

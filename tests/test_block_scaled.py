@@ -210,12 +210,17 @@ def test_a_malformed_latent_cache_call_is_refused_naming_what_is_wrong(change, n
         impl.attention(operands["q"], operands["k"], operands["v"], causal=True, **keywords)
 
 
+def nvfp4_cache_call():
+    """A decoding batch of two over an NVFP4 cache of 40 keys, dense."""
+    rng = np.random.default_rng(5)
+    q, kv = rng.standard_normal((2, 2, 1, 32)), rng.standard_normal((2, 1, 40, 32))
+    return quantize_call(q, kv, kv, "fp4_cache", "nvfp4", "float32")
+
+
 def paged_fp4_call(too_short: bool = False, lengths=(40, 17)):
     """numpy_flash's arguments for an NVFP4 cache as page pools of 16 (impls.worker_process
     lays them out so); ``too_short``: each pool cut before the last page its table points at."""
-    rng = np.random.default_rng(5)
-    q, kv = rng.standard_normal((2, 2, 1, 32)), rng.standard_normal((2, 1, 40, 32))
-    call = quantize_call(q, kv, kv, "fp4_cache", "nvfp4", "float32")
+    call = nvfp4_cache_call()
     unread = unread_bytes("fp4_cache", "nvfp4")
 
     def pool_of(name, array):
@@ -236,6 +241,7 @@ def paged_fp4_call(too_short: bool = False, lengths=(40, 17)):
         (dict(too_short=True), r"block_table holds pages 0\.\.\d+, but the pool has \d+"),
         (dict(lengths=(40, 70)), r"key_lengths=\[40, 70\] goes past the block table's capacity"),
         (dict(scales_of_keys=True), r"k_block_scales of shape \(\d+, 16, 1, 1\)"),
+        (dict(no_table=True), r"\['key_lengths'\] without block_table"),
     ],
 )
 def test_a_malformed_page_pool_of_a_cache_is_refused_naming_what_is_wrong(change, named):
@@ -245,6 +251,10 @@ def test_a_malformed_page_pool_of_a_cache_is_refused_naming_what_is_wrong(change
         keywords["key_lengths"] = change["lengths"]
     if "scales_of_keys" in change:  # one scale a token, as if the blocks ran along the keys
         keywords["k_block_scales"] = keywords["k_block_scales"][..., :1]
+    if "no_table" in change:  # a dense cache with key lengths, which the call would not honour
+        call = nvfp4_cache_call()
+        q, k, v = call.q.astype(np.float32), call.k, call.v
+        keywords = call.keywords | {"key_lengths": (40, 17)}
     with pytest.raises(AttentionInputError, match=named):
         impl.attention(q, k, v, causal=True, **keywords)
 
