@@ -53,10 +53,10 @@ def other_keywords(keywords: dict) -> dict:
     return {name: value for name, value in keywords.items() if name not in BLOCK_KEYWORDS}
 
 
-def checked_other_keywords(capabilities, convention: str, keywords: dict) -> dict:
-    """The call's keywords beyond its blocks, after checking that each is declared: return_lse
-    where lse is, a page pool's (PAGED_KEYWORDS) where paged is and the convention is a cache's;
-    anything else an AttentionInputError naming it."""
+def check_other_keywords(capabilities, convention: str, keywords: dict) -> None:
+    """Check the call's keywords beyond its blocks: return_lse where lse is declared, a page
+    pool's (PAGED_KEYWORDS, a block table among them) where paged is and the convention is a
+    cache's; anything else an AttentionInputError naming it."""
     others = other_keywords(keywords)
     allowed = {"return_lse"} if capabilities.lse else set()
     if capabilities.paged and convention in CACHE_CONVENTIONS:
@@ -74,7 +74,6 @@ def checked_other_keywords(capabilities, convention: str, keywords: dict) -> dic
             + f" beside its blocks' here, but got {unexpected}"
             + ("" if convention in CACHE_CONVENTIONS else " (page pools are a cache's)")
         )
-    return others
 
 
 def call_convention(keywords: dict) -> str:
@@ -94,7 +93,7 @@ def cache_format(keywords: dict) -> tuple[str, str] | None:
         layout = keywords[LAYOUT_KEYWORD]
         return (convention, layout) if layout in CACHE_LAYOUTS else None
     if convention == "fp4_cache":
-        return convention, call_format(convention, None, None, keywords, numpy_dtype_name)
+        return convention, fp4_format(keywords)
     return None
 
 
@@ -157,11 +156,16 @@ def check_cache_query(capabilities, dtype: str) -> None:
         )
 
 
+def fp4_format(keywords: dict) -> str:
+    """An FP4 cache's format: NVFP4 where the call gives global scales, MXFP4 where not."""
+    return "nvfp4" if any(name in keywords for name in GLOBAL_SCALE_KEYWORDS) else "mxfp4"
+
+
 def call_format(convention: str, q, k, keywords: dict, dtype_name: Callable) -> str:
     """The block format a call is in: its elements' dtype under mx_attention, NVFP4 or MXFP4 by
     its global scales under fp4_cache."""
     if convention == "fp4_cache":
-        return "nvfp4" if any(name in keywords for name in GLOBAL_SCALE_KEYWORDS) else "mxfp4"
+        return fp4_format(keywords)
     element = dtype_name(q)
     formats = [f.name for f in BLOCK_FORMATS.values() if f.element == element and not f.packed]
     if not formats:
@@ -181,7 +185,7 @@ def checked_block_call(
     convention = call_convention(keywords)
     if convention not in capabilities.block_conventions:
         raise AttentionInputError(f"the {convention} block-scaled convention is not declared")
-    checked_other_keywords(capabilities, convention, keywords)
+    check_other_keywords(capabilities, convention, keywords)
     if convention == "mla_fp8_cache":
         return convention, checked_latent_cache(capabilities, q, k, v, causal, scale, keywords,
                                                 dtype_name)  # fmt: skip

@@ -230,8 +230,10 @@ def paged(call: Call) -> Call:
     cache = cache_format(keywords)
     unread = unread_bytes(*cache) if cache else {}
 
+    order = zlib.crc32(k.array.tobytes())  # one order of the pages for every pool
+
     def pool_of(name: str, array: np.ndarray):
-        rng = np.random.default_rng(zlib.crc32(k.array.tobytes()))  # one order for every pool
+        rng = np.random.default_rng(order)
         return page_pool(array, key_lengths, page_size, rng, unowned=unread.get(name, np.nan),
                          past=unread.get(name, np.inf))  # fmt: skip
 

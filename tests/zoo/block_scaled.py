@@ -100,12 +100,12 @@ def block_kernel(q, k, v, *, causal, scale, p, bug, with_lse=False, block_table=
             k_block_scales = gathered(k_block_scales, block_table, lengths, page_size)
             v_block_scales = gathered(v_block_scales, block_table, lengths, page_size)
         key_lengths = lengths
-    lengths = {"key_lengths": key_lengths, "with_lse": with_lse}
+    extent = {"key_lengths": key_lengths, "with_lse": with_lse}  # what the tiles run over
     if kv_cache_layout is not None:  # k and v: one latent cache
         work = np.float32
         k, v = (x.astype(work) for x in latent_cache(k, bug))
         return tiles(np.asarray(q, work), k, v, causal=causal, scale=scale, p=p, bug=bug,
-                     work=work, **lengths)  # fmt: skip
+                     work=work, **extent)  # fmt: skip
     mx = q_block_scales is not None
     nvfp4 = k_global_scale is not None
     block = 32 if mx or not nvfp4 else 16
@@ -125,7 +125,7 @@ def block_kernel(q, k, v, *, causal, scale, p, bug, with_lse=False, block_table=
             values = values * float(global_scale)
         operands[name] = values.astype(work)
     return tiles(*(operands[name] for name in "qkv"), causal=causal, scale=scale, p=p, bug=bug,
-                 work=work, **lengths)  # fmt: skip
+                 work=work, **extent)  # fmt: skip
 
 
 def tiles(q, k, v, *, causal, scale, p, bug, work, key_lengths=None, with_lse=False):
