@@ -23,6 +23,7 @@ from conformance.judge.fp8 import (
     compare_dequantized,
     fp8_budget,
     held_to_budget,
+    nan_values_zeroed,
 )
 from conformance.judge.fp8_calls import dominant_key
 from conformance.judge.harness import Case, Subject
@@ -280,7 +281,9 @@ def assert_block_matches(subject: Subject, case: Case, out: np.ndarray, call: Bl
     element; a failure is named by the mistake it matches and says its norm's ratio."""
     __tracebackhide__ = True
     budget = fp8_budget(call.out_dtype, call.p_rounding)
-    comparison = compare_dequantized(out, call.dequantized(), call.baseline(),
+    true_q, true_k, true_v = call.dequantized()
+    baseline = call.baseline(operands=(true_q, true_k, nan_values_zeroed(true_v)))
+    comparison = compare_dequantized(out, (true_q, true_k, true_v), baseline,
                                      options=call.options, budget=budget)  # fmt: skip
     label = f"{call.fmt}, P in {call.p_rounding}"
     held_to_budget(subject, case, out, call, comparison, diagnose_block, label)

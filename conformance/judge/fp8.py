@@ -179,7 +179,7 @@ def compare_fp8(
     rounded where the implementation declares (``p_rounding``, ``out_dtype``) as baseline."""
     options = dict(causal=causal, scale=scale)
     with np.errstate(invalid="ignore"):
-        baseline = fp8_baseline(inputs.q, inputs.k, inputs.v, inputs.scales,
+        baseline = fp8_baseline(inputs.q, inputs.k, nan_values_zeroed(inputs.v), inputs.scales,
                                 p_rounding=p_rounding, out_dtype=out_dtype, **options)  # fmt: skip
     return compare_dequantized(out, inputs.dequantized(), baseline, options=options,
                                budget=fp8_budget(out_dtype, p_rounding))  # fmt: skip
@@ -187,14 +187,29 @@ def compare_fp8(
 
 def compare_dequantized(out, true_inputs, baseline, *, options: dict, budget: Budget):
     """``out`` against the float64 formula on ``true_inputs`` (q, k, v, dequantized) within
-    ``budget`` of ``baseline``'s error. A NaN stored in an operand: the outputs that read it must
-    be NaN, and the others are held to the budget of the call without it (its NaN taken as 0)."""
+    ``budget`` of ``baseline``'s error, the naive rounding on the operands with their values' NaN
+    taken as 0 (:func:`nan_values_zeroed`). A NaN stored in an operand: the outputs that read it
+    must be NaN, and the others are held to the budget of the call without it. An output reads a
+    NaN value only through a key it sees: where the formula's zero weight on a hidden key carries
+    that key's NaN value into an output (0 times NaN), a kernel's tile may too, or may skip the
+    tile, so that output may be NaN or its number (MASK-NONFINITE's SHOULD judges it)."""
     true_q, true_k, true_v = true_inputs
+    finite_v = nan_values_zeroed(true_v)
     with np.errstate(invalid="ignore"):
-        truth = reference_attention(true_q, true_k, true_v, **options)
-    reads_nan = np.isnan(truth)
-    finite_q, finite_k, finite_v = (np.nan_to_num(x, nan=0.0) for x in (true_q, true_k, true_v))
-    answer, truth_read, baseline = (np.where(reads_nan, 0.0, x) for x in (out, truth, baseline))
+        truth = reference_attention(true_q, true_k, true_v, **options)  # the formula's own NaN
+        if finite_v is true_v:
+            truth_of_numbers = truth
+            reads_nan = reads_nan_or_zero = np.isnan(truth)
+        else:
+            truth_of_numbers = reference_attention(true_q, true_k, finite_v, **options)
+            reads_nan = np.isnan(truth_of_numbers) | values_read(
+                true_q, true_k, np.isnan(true_v), **options
+            )
+            reads_nan_or_zero = reads_nan | (np.isnan(truth) & np.isnan(out))
+    finite_q, finite_k = (np.nan_to_num(x, nan=0.0) for x in (true_q, true_k))
+    answer, truth_read, baseline = (
+        np.where(reads_nan_or_zero, 0.0, x) for x in (out, truth_of_numbers, baseline)
+    )
     elements = compare(
         answer,
         truth_read,
@@ -209,6 +224,21 @@ def compare_dequantized(out, true_inputs, baseline, *, options: dict, budget: Bu
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         norm_ratio = float(np.linalg.norm(answer) / np.linalg.norm(truth_read))
     return Fp8Comparison(elements, truth, norm_ratio, nan_lost(out, reads_nan))
+
+
+def nan_values_zeroed(values: np.ndarray) -> np.ndarray:
+    """``values`` with each NaN taken as 0 (itself where none is NaN)."""
+    return np.where(np.isnan(values), 0.0, values) if np.isnan(values).any() else values
+
+
+def values_read(true_q, true_k, is_nan: np.ndarray, **options) -> np.ndarray:
+    """Which outputs (B, H, Tq, Dv) weigh a value flagged in ``is_nan`` (B, Hkv, Tk, Dv) by a key
+    their row sees: the formula's own mask over the flags (q = k = 0 gives each key a row sees a
+    positive weight, and every other key none)."""
+    if not is_nan.any():
+        return np.zeros((*true_q.shape[:-1], is_nan.shape[-1]), bool)
+    zeros_q, zeros_k = np.zeros(true_q.shape), np.zeros(true_k.shape)
+    return reference_attention(zeros_q, zeros_k, is_nan.astype(np.float64), **options) > 0
 
 
 def assert_fp8_matches(subject: Subject, case: Case, out: np.ndarray, inputs: Fp8Inputs) -> None:
