@@ -73,6 +73,11 @@ def fp8_entry_point(fp8_format: str, head_dim: int) -> str:
     return f"flash_{FP8_KERNEL_FORMATS[fp8_format]}_d{head_dim}"
 
 
+def mx_entry_point(fp8_format: str, head_dim: int) -> str:
+    """The MXFP8 kernel (spec.block_scaled's mx_attention) for ``fp8_format`` and ``head_dim``."""
+    return f"flash_mx_{FP8_KERNEL_FORMATS[fp8_format]}_d{head_dim}"
+
+
 SOURCES = {
     "cupy_naive": KernelSource(
         "cupy_naive.cu", (), ("attention_scores", "softmax_rows", "weighted_values")
@@ -93,6 +98,7 @@ SOURCES = {
             for kernel in backward_entry_points(head_dim, softcap)
         )
         + tuple(fp8_entry_point(fmt, d) for fmt in FP8_KERNEL_FORMATS for d in FLASH_HEAD_DIMS)
+        + tuple(mx_entry_point(fmt, d) for fmt in FP8_KERNEL_FORMATS for d in FLASH_HEAD_DIMS)
         + tuple(
             sparse_entry_point(head_dim, softcap)
             for head_dim in FLASH_HEAD_DIMS

@@ -19,6 +19,10 @@
 //                                  (mma.sync m16n8k32, sm_89 and up), P rounded to e4m3 with
 //                                  its 2^8 offset, the output in bfloat16; tiles loaded by plain
 //                                  loads, V transposed on the way.
+//   flash_mx_{e4m3,e5m2}_d{32,64,128}  MXFP8 (spec.block_scaled's mx_attention): the FP8 kernel with
+//                                  an e8m0 scale per 32 elements, q's and k's along D, v's along
+//                                  the keys; each 32-wide k-step of both products (one block)
+//                                  summed by its own mma and scaled by its blocks' scales.
 //   flash_sparse_d{32,64,128}      index-sparse: each row walks its own list of keys (kv_indices),
 //                                  float32 on the CUDA cores, 4 threads per row (below).
 //
@@ -129,6 +133,13 @@ __device__ __forceinline__ bits32 join(bits16 low, bits16 high) {
 // the scores, v's the output.
 __device__ __forceinline__ float kv_multiplier(const float* scales, int kv) {
     return scales == nullptr ? 1.0f : scales[kv];
+}
+
+// An e8m0 block scale's value, 2^(code - 127): 0xFF is NaN, and code 0, 2^-127, a float32
+// subnormal (the exponent field alone would read it as 0).
+__device__ __forceinline__ float e8m0_value(bits8 code) {
+    return code == 0xFF ? __int_as_float(0x7fc00000)
+                        : __int_as_float(code == 0 ? 0x00400000 : (int)code << 23);
 }
 
 // A dot product q.k to the score the softmax exponentiates, times `unit` (LOG2E for exp2f, 1 for
@@ -521,21 +532,51 @@ __device__ __forceinline__ void load_fp8_tiles(bits8 (*k_tile)[HEAD_DIM + FP8_RO
     }
 }
 
+// MXFP8's block scales of rows [start, start + BLOCK_N) as floats into shared tiles: k's, a key's
+// D / 32 along D, and v's, the tile's BLOCK_N / 32 blocks of keys along D (the keys are a whole
+// number of blocks: impls/block_scaled_calls.py refuses others); 0 past the end, where the
+// elements are 0 too.
+template <int HEAD_DIM>
+__device__ __forceinline__ void load_block_scales(float (*k_scale)[HEAD_DIM / 32],
+                                                  float (*v_scale)[HEAD_DIM], const bits8* k_scales,
+                                                  const bits8* v_scales, int start, int rows) {
+    constexpr int K_BLOCKS = HEAD_DIM / 32;
+    for (int idx = threadIdx.x; idx < BLOCK_N * K_BLOCKS; idx += TENSOR_CORE_THREADS) {
+        const int r = idx / K_BLOCKS, c = idx % K_BLOCKS;
+        k_scale[r][c] = start + r < rows ? e8m0_value(k_scales[(size_t)(start + r) * K_BLOCKS + c])
+                                         : 0.0f;
+    }
+    for (int idx = threadIdx.x; idx < BLOCK_N / 32 * HEAD_DIM; idx += TENSOR_CORE_THREADS) {
+        const int b = idx / HEAD_DIM, c = idx % HEAD_DIM;
+        const int block = start / 32 + b;
+        v_scale[b][c] = block * 32 < rows ? e8m0_value(v_scales[(size_t)block * HEAD_DIM + c]) : 0.0f;
+    }
+}
+
 // Four adjacent bytes (row, col..col+3) as one register; zero past the end.
 template <int HEAD_DIM>
 __device__ __forceinline__ bits32 load_quad(const bits8* base, int row, int rows, int col) {
     return row < rows ? *reinterpret_cast<const bits32*>(base + (size_t)row * HEAD_DIM + col) : 0u;
 }
 
-template <int HEAD_DIM, typename ScoreMma, typename ValueMma>
+// BLOCK_SCALED (MXFP8): Q_SCALES (B*H, Tq, D/32), K_SCALES (B*Hkv, Tk, D/32) and V_SCALES
+// (B*Hkv, Tk/32, D), e8m0 bytes. A k-step of 32 is one block of q's row and of k's key, and one
+// block of 32 keys of v's column: each k-step's mma sums into zeros, and its sums, times the
+// blocks' scales, join the scores or the accumulator in float32 (as a block-scaled MMA applies
+// them), with the descales 1.
+template <int HEAD_DIM, typename ScoreMma, typename ValueMma, bool BLOCK_SCALED = false>
 __device__ __forceinline__ void flash_forward_fp8(
     const bits8* __restrict__ Q, const bits8* __restrict__ K, const bits8* __restrict__ V,
     bits16* __restrict__ O, float* __restrict__ LSE, int tq, int tk, float scale, int causal,
     int heads_per_kv, const float* __restrict__ q_descale, const float* __restrict__ k_descale,
-    const float* __restrict__ v_descale) {
+    const float* __restrict__ v_descale, const bits8* __restrict__ Q_SCALES = nullptr,
+    const bits8* __restrict__ K_SCALES = nullptr, const bits8* __restrict__ V_SCALES = nullptr) {
     static_assert(HEAD_DIM % 32 == 0, "head dim must be a multiple of 32");
+    constexpr int SCALED_KEYS = BLOCK_SCALED ? BLOCK_N : 1;  // no scale tiles without blocks
     __shared__ __align__(16) bits8 k_tile[BLOCK_N][HEAD_DIM + FP8_ROW_PAD];
     __shared__ __align__(16) bits8 v_tile[HEAD_DIM][BLOCK_N + FP8_ROW_PAD];  // transposed
+    __shared__ float k_scale_tile[SCALED_KEYS][HEAD_DIM / 32];
+    __shared__ float v_scale_tile[(SCALED_KEYS + 31) / 32][HEAD_DIM];
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int group = lane / 4, tig = lane % 4;
@@ -556,8 +597,19 @@ __device__ __forceinline__ void flash_forward_fp8(
         q_frag[kk][2] = load_quad<HEAD_DIM>(q, row0, tq, kk * 32 + 16 + 4 * tig);
         q_frag[kk][3] = load_quad<HEAD_DIM>(q, row0 + 8, tq, kk * 32 + 16 + 4 * tig);
     }
+    float q_scale[2][HEAD_DIM / 32];  // rows row0 and row0 + 8, a scale per k-step
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row0 + 8 * r;
+#pragma unroll
+        for (int kk = 0; kk < HEAD_DIM / 32; ++kk)
+            q_scale[r][kk] = BLOCK_SCALED && row < tq
+                                 ? e8m0_value(Q_SCALES[((size_t)bh * tq + row) * (HEAD_DIM / 32) + kk])
+                                 : 1.0f;
+    }
 
-    const ScoreMap<false> score_of(scale * q_descale[kv] * k_descale[kv], 0.0f, LOG2E);
+    const ScoreMap<false> score_of(scale * kv_multiplier(q_descale, kv) * kv_multiplier(k_descale, kv),
+                                   0.0f, LOG2E);
     float running_max[2] = {negative_infinity(), negative_infinity()};
     float running_sum[2] = {0.0f, 0.0f};  // this thread's columns only; summed over tig at the end
     float acc[HEAD_DIM / 8][4];
@@ -568,6 +620,10 @@ __device__ __forceinline__ void flash_forward_fp8(
     for (int tile_start = 0; tile_start < end; tile_start += BLOCK_N) {
         __syncthreads();  // every warp is done with the previous tile
         load_fp8_tiles<HEAD_DIM>(k_tile, v_tile, k, v, tile_start, tk);
+        if constexpr (BLOCK_SCALED)
+            load_block_scales<HEAD_DIM>(k_scale_tile, v_scale_tile,
+                                        K_SCALES + (size_t)kv * tk * (HEAD_DIM / 32),
+                                        V_SCALES + (size_t)kv * (tk / 32) * HEAD_DIM, tile_start, tk);
         __syncthreads();
 
         float s[BLOCK_N / 8][4];
@@ -578,8 +634,18 @@ __device__ __forceinline__ void flash_forward_fp8(
 #pragma unroll
             for (int t = 0; t < BLOCK_N / 8; ++t) {
                 const bits8* key = &k_tile[t * 8 + group][kk * 32 + 4 * tig];
-                ScoreMma::mma(s[t], q_frag[kk], *reinterpret_cast<const bits32*>(key),
-                              *reinterpret_cast<const bits32*>(key + 16));
+                const bits32 b0 = *reinterpret_cast<const bits32*>(key);
+                const bits32 b1 = *reinterpret_cast<const bits32*>(key + 16);
+                if constexpr (BLOCK_SCALED) {
+                    float block[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    ScoreMma::mma(block, q_frag[kk], b0, b1);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        s[t][e] += block[e] * q_scale[e / 2][kk] *
+                                   k_scale_tile[t * 8 + 2 * tig + (e % 2)][kk];
+                } else {
+                    ScoreMma::mma(s[t], q_frag[kk], b0, b1);
+                }
             }
         }
 
@@ -631,7 +697,15 @@ __device__ __forceinline__ void flash_forward_fp8(
                                        *reinterpret_cast<const bits16*>(keys + 8));
                 const bits32 b1 = join(*reinterpret_cast<const bits16*>(keys + 16),
                                        *reinterpret_cast<const bits16*>(keys + 24));
-                ValueMma::mma(acc[t], p_frag[c], b0, b1);
+                if constexpr (BLOCK_SCALED) {
+                    float block[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    ValueMma::mma(block, p_frag[c], b0, b1);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        acc[t][e] += block[e] * v_scale_tile[c][t * 8 + 2 * tig + (e % 2)];
+                } else {
+                    ValueMma::mma(acc[t], p_frag[c], b0, b1);
+                }
             }
         }
     }
@@ -644,8 +718,8 @@ __device__ __forceinline__ void flash_forward_fp8(
         if (row >= tq) continue;
         if (LSE != nullptr && tig == 0)
             LSE[(size_t)bh * tq + row] = (running_max[r] + log2f(running_sum[r])) * LN2;
-        store_row<HEAD_DIM, BFloat16>(o, row, acc, r, v_descale[kv] / (FP8_OFFSET * running_sum[r]),
-                                      tig);
+        store_row<HEAD_DIM, BFloat16>(
+            o, row, acc, r, kv_multiplier(v_descale, kv) / (FP8_OFFSET * running_sum[r]), tig);
     }
 }
 
@@ -1027,6 +1101,25 @@ FP8_ENTRY(flash_e4m3_d128, 128, MmaE4m3E4m3, MmaE4m3E4m3)
 FP8_ENTRY(flash_e5m2_d32, 32, MmaE5m2E5m2, MmaE4m3E5m2)
 FP8_ENTRY(flash_e5m2_d64, 64, MmaE5m2E5m2, MmaE4m3E5m2)
 FP8_ENTRY(flash_e5m2_d128, 128, MmaE5m2E5m2, MmaE4m3E5m2)
+
+// The MXFP8 kernels (spec.block_scaled's mx_attention): (q, k, v, o, lse, tq, tk, scale,
+// causal, heads_per_kv, q_scales, k_scales, v_scales), e8m0 bytes, the output bfloat16.
+#define MX_ENTRY(NAME, HEAD_DIM, SCORE_MMA, VALUE_MMA)                                          \
+    extern "C" __global__ void __launch_bounds__(TENSOR_CORE_THREADS)                          \
+        NAME(const bits8* q, const bits8* k, const bits8* v, bits16* o, float* lse, int tq,    \
+             int tk, float scale, int causal, int heads_per_kv, const bits8* q_scales,         \
+             const bits8* k_scales, const bits8* v_scales) {                                   \
+        flash_forward_fp8<HEAD_DIM, SCORE_MMA, VALUE_MMA, true>(                               \
+            q, k, v, o, lse, tq, tk, scale, causal, heads_per_kv, nullptr, nullptr, nullptr,   \
+            q_scales, k_scales, v_scales);                                                     \
+    }
+
+MX_ENTRY(flash_mx_e4m3_d32, 32, MmaE4m3E4m3, MmaE4m3E4m3)
+MX_ENTRY(flash_mx_e4m3_d64, 64, MmaE4m3E4m3, MmaE4m3E4m3)
+MX_ENTRY(flash_mx_e4m3_d128, 128, MmaE4m3E4m3, MmaE4m3E4m3)
+MX_ENTRY(flash_mx_e5m2_d32, 32, MmaE5m2E5m2, MmaE4m3E5m2)
+MX_ENTRY(flash_mx_e5m2_d64, 64, MmaE5m2E5m2, MmaE4m3E5m2)
+MX_ENTRY(flash_mx_e5m2_d128, 128, MmaE5m2E5m2, MmaE4m3E5m2)
 
 // The backward's, each with and without a softcap: (q, k, v, grad_out, lse, delta, grad_lse,
 // tq, tk, scale, causal, heads_per_kv, window, softcap, sinks, heads, counts, then the gradients).

@@ -12,6 +12,11 @@ and newer; P rounded to e4m3 with its 2^8 offset, the output in bfloat16); the k
 on the kernel of q's dtype, k and v widened to it (exact: every e4m3 and e5m2 value is a float16
 and a bfloat16 value) and their scales applied per kv head by the kernel, k's to the scores, v's
 to the output.
+
+MXFP8 (spec.block_scaled's mx_attention): the FP8 kernels' loop with an e8m0 scale per 32
+elements, each 32-wide k-step of q k^T and of P v (one block of q's row and k's key, one block
+of v's keys) summed by its own mma and times its blocks' scales in float32, as a block-scaled
+MMA applies them; P rounded to e4m3 at 2^8, the output bfloat16, sm_89 and up.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from impls.block_scaled_calls import checked_block_call, is_block_scaled_call
 from impls.contract import RAISES_ON_ALL, Capabilities, Implementation, validate_inputs
 from impls.cuda_kernels import (
     FLASH_HEAD_DIMS,
@@ -29,6 +35,7 @@ from impls.cuda_kernels import (
     backward_entry_points,
     flash_entry_point,
     fp8_entry_point,
+    mx_entry_point,
     sparse_entry_point,
 )
 from impls.cupy_arrays import (
@@ -61,6 +68,11 @@ FLASH_CAPABILITIES = Capabilities(
     topk_length=True,
     sparse_blocks=True,
     sparse_duplicates="count",  # each slot read: a key listed twice weighs twice
+    block_scaled=True,
+    block_conventions=("mx_attention",),
+    block_formats=("mxfp8_e4m3", "mxfp8_e5m2"),
+    block_p="e4m3_offset8",
+    block_output="bfloat16",
 )
 # The keywords of index-sparse calls (spec.masks' kv_indices kind), which the sparse kernel takes
 SPARSE_KEYWORDS = ("kv_indices", "topk_length", "kv_block_size")
@@ -76,9 +88,10 @@ class CupyFlash(CupyArrays, Implementation):
     @functools.cached_property
     def capabilities(self) -> Capabilities:
         """FLASH_CAPABILITIES; before sm_89, which has no FP8 tensor cores, FP8 under the
-        key/value cache's convention only (once per instance: every call reads it)."""
+        key/value cache's convention only and no MXFP8 (once per instance: every call reads
+        it)."""
         if self.unavailable_reason() is None and self.compute_capability() < FP8_TENSOR_CORES:
-            return replace(FLASH_CAPABILITIES, fp8_conventions=("kv_scale",))
+            return replace(FLASH_CAPABILITIES, fp8_conventions=("kv_scale",), block_scaled=False)
         return FLASH_CAPABILITIES
 
     def compute_capability(self) -> int:
@@ -148,9 +161,12 @@ class CupyFlash(CupyArrays, Implementation):
         self, q, k, v, *, causal=True, scale=None, window=None, softcap=None, sinks=None,
         return_lse=False, **keywords,
     ):  # fmt: skip
+        given = dict(window=window, softcap=softcap, sinks=sinks, return_lse=return_lse or None)
+        extras = {name: value for name, value in given.items() if value is not None}
+        if is_block_scaled_call(keywords):  # the entry point's checks refuse what it cannot take
+            return self.block_scaled_attention(q, k, v, causal=causal, scale=scale, **extras,
+                                               **keywords)  # fmt: skip
         if is_fp8_call(q, k, v, keywords, dtype_name=self.dtype_name):
-            given = dict(window=window, softcap=softcap, sinks=sinks, return_lse=return_lse or None)
-            extras = {name: value for name, value in given.items() if value is not None}
             return self.fp8_attention(q, k, v, causal=causal, scale=scale, **extras, **keywords)
         sparse = {name: keywords.pop(name) for name in SPARSE_KEYWORDS if name in keywords}
         if keywords:
@@ -244,6 +260,43 @@ class CupyFlash(CupyArrays, Implementation):
         return self.fp8_kernel(
             q, k, v, causal=causal, scale=scalar_scale(scale, d), descales=multipliers(*"qkv")
         )
+
+    def block_scaled_attention(self, q, k, v, *, causal, scale, **keywords):
+        """An MXFP8 call (the module's docstring): its entry point's checks, then the MXFP8
+        kernel of its format on the bytes and their e8m0 scales; (out, lse) with return_lse."""
+        checked_block_call(self.capabilities, q, k, v, causal, scale, keywords,
+                           dtype_name=self.dtype_name)  # fmt: skip
+        d = q.shape[-1]
+        if d not in FLASH_HEAD_DIMS or v.shape[-1] != d:
+            raise ValueError(
+                f"head dims D={d}, Dv={v.shape[-1]}, but {self.name} is compiled for D = Dv in "
+                f"{', '.join(map(str, FLASH_HEAD_DIMS))}"
+            )
+        operands = [self.fp8_bits(x, name) for name, x in zip("qkv", (q, k, v), strict=True)]
+        xp = namespace(operands[0])
+        scales = [
+            xp.ascontiguousarray(xp.asarray(keywords[f"{name}_block_scales"], dtype=xp.uint8))
+            for name in "qkv"
+        ]
+        out, lse = self.mx_kernel(*operands, *scales, fmt=self.dtype_name(q), causal=causal,
+                                  scale=scalar_scale(scale, d))  # fmt: skip
+        return (out, lse) if keywords.get("return_lse") else out
+
+    def mx_kernel(self, q, k, v, q_scales, k_scales, v_scales, *, fmt, causal, scale):
+        """The MXFP8 kernel of ``fmt`` on the bytes of q, k, v and their e8m0 scales, contiguous
+        uint8 arrays: (out, lse), bfloat16 bits (B, H, Tq, D) and float32 (B, H, Tq)."""
+        batch, heads, tq, d = q.shape
+        self.check_grid(batch * heads, tq)
+        kernel = kernel_module("cupy_flash").get_function(mx_entry_point(fmt, d))
+        out = cupy.empty(q.shape, dtype=cupy.uint16)  # (B, H, Tq, D), bfloat16 bits
+        lse = cupy.empty((batch, heads, tq), dtype=cupy.float32)  # (B, H, Tq)
+        kernel(
+            (math.ceil(tq / BLOCK_M), batch * heads),
+            (FLASH_THREADS,),
+            (q, k, v, out, lse, np.int32(tq), np.int32(k.shape[-2]), scale, np.int32(causal),
+             np.int32(heads // k.shape[1]), q_scales, k_scales, v_scales),
+        )  # fmt: skip
+        return out, lse
 
     def fp8_kernel(self, q, k, v, *, causal, scale, descales):
         """The FP8 kernel of q's format on FP8 q, k, v of one format: the output, bfloat16 bits

@@ -1,8 +1,9 @@
 """The CUDA kernels' own code, run on the host (tests/cuda_emulation): every flash kernel (dtype x
 head dim, and its _softcap twin) at partial tiles, Tq < Tk, without the mask, with an explicit
 scale and with sinks, its log-sum-exp, every FP8 kernel (format x head dim) and the key/value
-cache's FP8 path, and the naive kernels, each judged against the float64 oracle with the suite's
-tolerance budget; and the emulation's own FP8 conversions against spec.fp8. The whole suite on
+cache's FP8 path, every MXFP8 kernel, and the naive kernels, each judged against the float64
+oracle with the suite's tolerance budget; and the emulation's own FP8 conversions against
+spec.fp8, the kernels' e8m0 against spec.block_scaled. The whole suite on
 them: ``--impl tests.cuda_emulation:flash``."""
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.judge.fp8 import Fp8Inputs, compare_fp8
-from conformance.judge.tolerance import compare_to_oracle
+from conformance.judge.fp8 import Fp8Inputs, compare_dequantized, compare_fp8, fp8_budget
+from conformance.judge.tolerance import compare_lse, compare_to_oracle
 from impls.cuda_kernels import FLASH_HEAD_DIMS, FP8_KERNEL_FORMATS
+from spec.block_scaled import block_format, e8m0_values
+from spec.block_scaled import quantize_call as quantize_block_call
 from spec.dtypes import round_to
-from spec.formula import reference_log_sum_exp
+from spec.formula import naive_log_sum_exp, reference_log_sum_exp
 from spec.fp8 import output_dtype, quantize_call, round_to_fp8, values_of_bytes
 from tests import cuda_emulation
 
@@ -112,6 +115,45 @@ def test_fp8_kernels_match_the_truth_within_their_budget(emulation, fmt, head_di
             assert comparison.ok, f"{where}: {comparison.describe()}"
 
 
+# (Tq, Tk, causal) for MXFP8: v's scales run along the keys, 32 a block, so Tk is a multiple of
+# 32; one row; partial query blocks, a key tile half past the end, Tq < Tk; no mask.
+MX_CASES = [(1, 32, True), (65, 160, True), (70, 96, False)]
+
+
+@pytest.mark.parametrize("head_dim", FLASH_HEAD_DIMS)
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp8_e5m2"])
+def test_mxfp8_kernels_match_the_truth_within_their_budget(emulation, fmt, head_dim):
+    """Two items, Hq = 4 over Hkv = 2, blocks of 32 at magnitudes 2^-8..2^8 (so neighbouring
+    scales differ), quantized by the recipe, held as BLOCK-SCALES holds them; the log-sum-exp as
+    BLOCK-MAGNITUDE holds it."""
+    impl = emulation.flash
+    rng = np.random.default_rng([head_dim, len(fmt), 32])
+    for tq, tk, causal in MX_CASES:
+        q, k, v = (
+            rng.standard_normal(shape) * 2.0 ** rng.integers(-8, 9, (*shape[:-1], 1))
+            for shape in ((2, 4, tq, head_dim), (2, 2, tk, head_dim), (2, 2, tk, head_dim))
+        )
+        options = dict(causal=causal, scale=None)
+        call = quantize_block_call(q, k, v, "mx_attention", fmt, options=options).with_(
+            p_rounding=impl.capabilities.block_p, out_dtype=impl.capabilities.block_output
+        )
+        element = block_format(fmt).element
+        natives = [impl.from_numpy(x, element) for x in (call.q, call.k, call.v)]
+        out, lse = impl.attention(*natives, causal=causal, return_lse=True, **call.keywords)
+        where = f"{fmt} D={head_dim} Tq={tq} Tk={tk} causal={causal}"
+        assert impl.dtype_name(out) == "bfloat16", f"{where}: out is {impl.dtype_name(out)}"
+        comparison = compare_dequantized(
+            impl.to_numpy(out).astype(np.float64), call.dequantized(), call.baseline(),
+            options=options, budget=fp8_budget("bfloat16", call.p_rounding),
+        )  # fmt: skip
+        assert comparison.ok, f"{where}: {comparison.describe()}"
+        true_q, true_k, _ = call.dequantized()
+        truth = reference_log_sum_exp(true_q, true_k, **options)
+        naive = naive_log_sum_exp(true_q, true_k, dtype="float32", **options)
+        lse_comparison = compare_lse(lse.astype(np.float64), truth, naive, dtype="float32")
+        assert lse_comparison.ok, f"{where}: lse {lse_comparison.describe()}"
+
+
 def test_the_emulations_fp8_conversions_are_spec_fp8s(emulation):
     """Its decoding of every byte of e4m3fn and e5m2 (what its m16n8k32 reads), and its rounding
     of P to e4m3 (cvt.rn.satfinite: to nearest even, past 448 saturated, NaN kept), near every
@@ -132,6 +174,14 @@ def test_the_emulations_fp8_conversions_are_spec_fp8s(emulation):
     np.testing.assert_array_equal(rounded, expected)
     high = library.emulated_pack_e4m3(0.0, np.float32(np.nan)) >> 8
     assert high & 0x7F == 0x7F, f"NaN rounded to byte {high:#04x}, but should stay NaN"
+
+
+def test_the_kernels_e8m0_decoding_is_spec_block_scaleds(emulation):
+    """impls/cupy_flash.cu's own e8m0_value on every byte: 2^(code - 127), code 0 the float32
+    subnormal 2^-127, 0xFF NaN."""
+    library = emulation.library()
+    decoded = np.array([library.emulated_e8m0_value(byte) for byte in range(256)])
+    np.testing.assert_array_equal(decoded, e8m0_values(np.arange(256)).astype(np.float32))
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])

@@ -27,6 +27,7 @@ from impls.cuda_kernels import (
     backward_entry_points,
     flash_entry_point,
     fp8_entry_point,
+    mx_entry_point,
     sparse_entry_point,
 )
 from impls.cupy_arrays import bfloat16_bits, bfloat16_values
@@ -92,10 +93,14 @@ def load(library: Path) -> ctypes.CDLL:
         ctypes.c_char_p, *[pointer] * 5, *[integer] * 3, real, integer, integer, *[pointer] * 3,
     ]  # fmt: skip
     lib.run_flash_fp8.restype = integer
+    lib.run_flash_mx.argtypes = lib.run_flash_fp8.argtypes
+    lib.run_flash_mx.restype = integer
     lib.emulated_pack_e4m3.argtypes = [real, real]
     lib.emulated_pack_e4m3.restype = ctypes.c_ushort
     lib.emulated_fp8_value.argtypes = [ctypes.c_ubyte, integer]
     lib.emulated_fp8_value.restype = real
+    lib.emulated_e8m0_value.argtypes = [ctypes.c_ubyte]
+    lib.emulated_e8m0_value.restype = real
     lib.run_flash_backward.argtypes = [
         ctypes.c_char_p, *[pointer] * 7, *[integer] * 5, real, *[integer] * 2, real,
         *[pointer] * 5,
@@ -191,6 +196,7 @@ class EmulatedCupyFlash(EmulatedKernels):
     # keywords, the same answer
     attention = CupyFlash.attention
     fp8_attention = CupyFlash.fp8_attention
+    block_scaled_attention = CupyFlash.block_scaled_attention
     sparse_attention_and_lse = CupyFlash.sparse_attention_and_lse
     vjp = CupyFlash.vjp
 
@@ -221,6 +227,18 @@ class EmulatedCupyFlash(EmulatedKernels):
         )  # fmt: skip
         checked_launch(status, kernel, f"no FP8 kernel {kernel}")
         return out
+
+    def mx_kernel(self, q, k, v, q_scales, k_scales, v_scales, *, fmt, causal, scale):
+        batch, heads, tq, d = q.shape
+        kernel = mx_entry_point(fmt, d)
+        out = np.empty(q.shape, dtype=np.uint16)  # (B, H, Tq, D), bfloat16 bits
+        lse = np.empty((batch, heads, tq), dtype=np.float32)  # (B, H, Tq)
+        status = library().run_flash_mx(
+            kernel.encode(), *map(_address, (q, k, v, out, lse)), batch * heads, tq, k.shape[-2],
+            scale, int(causal), heads // k.shape[1], *map(_address, (q_scales, k_scales, v_scales)),
+        )  # fmt: skip
+        checked_launch(status, kernel, f"no MXFP8 kernel {kernel}")
+        return out, lse
 
     def backward_kernels(self, q, k, v, grad_out, lse, delta, grad_lse, *, causal, scale, window,
                          softcap, sinks, counts=None):  # fmt: skip

@@ -130,6 +130,32 @@ extern "C" int run_flash_fp8(const char* name, const void* q, const void* k, con
     return 1;
 }
 
+#define RUN_MX_IF(NAME)                                                                        \
+    if (std::strcmp(name, #NAME) == 0) {                                                       \
+        launch(grid, TENSOR_CORE_THREADS, [&] {                                                \
+            NAME(static_cast<const bits8*>(q), static_cast<const bits8*>(k),                   \
+                 static_cast<const bits8*>(v), static_cast<bits16*>(o), lse, tq, tk, scale,    \
+                 causal, heads_per_kv, q_scales, k_scales, v_scales);                          \
+        });                                                                                    \
+        return 0;                                                                              \
+    }
+
+// Launches MXFP8 kernel `name` as impls/cupy_flash.py does; returns 1 for an unknown name.
+extern "C" int run_flash_mx(const char* name, const void* q, const void* k, const void* v,
+                            void* o, float* lse, int batch_heads, int tq, int tk, float scale,
+                            int causal, int heads_per_kv, const bits8* q_scales,
+                            const bits8* k_scales, const bits8* v_scales) {
+    const Index3 grid{unsigned((tq + BLOCK_M - 1) / BLOCK_M), unsigned(batch_heads), 1};
+    RUN_MX_IF(flash_mx_e4m3_d32)
+    RUN_MX_IF(flash_mx_e4m3_d64)
+    RUN_MX_IF(flash_mx_e4m3_d128)
+    RUN_MX_IF(flash_mx_e5m2_d32)
+    RUN_MX_IF(flash_mx_e5m2_d64)
+    RUN_MX_IF(flash_mx_e5m2_d128)
+    return 1;
+}
+
 // The emulation's own FP8 conversions, for tests/test_cuda_emulation.py to hold to spec.fp8.
 extern "C" unsigned short emulated_pack_e4m3(float low, float high) { return pack_e4m3(low, high); }
 extern "C" float emulated_fp8_value(unsigned char byte, int e5m2) { return fp8_value(byte, e5m2); }
+extern "C" float emulated_e8m0_value(unsigned char code) { return e8m0_value(code); }
