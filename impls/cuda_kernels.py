@@ -52,11 +52,21 @@ def backward_entry_points(head_dim: int, softcap: bool = False) -> tuple[str, st
     return f"{name}_dk_dv", f"{name}_dq"
 
 
+KERNEL_DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+# The FP4 caches' formats (spec.block_scaled) the tensor-core kernels decode, q in 16 bits
+FP4_KERNEL_FORMATS = ("nvfp4", "mxfp4")
+
+
 def flash_entry_point(dtype: str, head_dim: int, softcap: bool = False) -> str:
     """The flash kernel for ``dtype`` and ``head_dim``, the one with a softcap compiled in when
     ``softcap``."""
-    prefix = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}[dtype]
-    return f"flash_{prefix}_d{head_dim}" + ("_softcap" if softcap else "")
+    return f"flash_{KERNEL_DTYPES[dtype]}_d{head_dim}" + ("_softcap" if softcap else "")
+
+
+def fp4_entry_point(dtype: str, fp4_format: str, head_dim: int) -> str:
+    """The tensor-core kernel for q in ``dtype`` (float16, bfloat16) over an FP4 cache of
+    ``fp4_format`` (FP4_KERNEL_FORMATS)."""
+    return f"flash_{KERNEL_DTYPES[dtype]}_{fp4_format}_d{head_dim}"
 
 
 def sparse_entry_point(head_dim: int, softcap: bool = False) -> str:
@@ -99,6 +109,12 @@ SOURCES = {
         )
         + tuple(fp8_entry_point(fmt, d) for fmt in FP8_KERNEL_FORMATS for d in FLASH_HEAD_DIMS)
         + tuple(mx_entry_point(fmt, d) for fmt in FP8_KERNEL_FORMATS for d in FLASH_HEAD_DIMS)
+        + tuple(
+            fp4_entry_point(dtype, fmt, d)
+            for dtype in ("float16", "bfloat16")
+            for fmt in FP4_KERNEL_FORMATS
+            for d in FLASH_HEAD_DIMS
+        )
         + tuple(
             sparse_entry_point(head_dim, softcap)
             for head_dim in FLASH_HEAD_DIMS

@@ -135,6 +135,8 @@ class CupyArrays:
         if dtype in FP8_FORMATS:  # the values are exact in the format: the cast only stores them
             stored = np.ascontiguousarray(array, dtype=fp8_numpy_dtype(dtype))
             return Fp8DeviceArray(cupy.asarray(stored.view(np.uint8)), dtype)
+        if dtype == "uint8":  # packed FP4 (spec.block_scaled): two e2m1 codes a byte
+            return cupy.asarray(np.ascontiguousarray(array, dtype=np.uint8))
         return cupy.asarray(np.ascontiguousarray(array, dtype=numpy_storage(dtype)))
 
     def broadcast(self, native: Any, shape: tuple[int, ...]) -> Any:

@@ -23,6 +23,9 @@
 //                                  an e8m0 scale per 32 elements, q's and k's along D, v's along
 //                                  the keys; each 32-wide k-step of both products (one block)
 //                                  summed by its own mma and scaled by its blocks' scales.
+//   flash_{f16,bf16}_{nvfp4,mxfp4}_d{32,64,128}  the tensor-core kernel over an FP4 cache (spec.
+//                                  block_scaled's fp4_cache): each key and value tile decoded into
+//                                  shared memory as it comes in (Fp4Tiles), q's 16 bits.
 //   flash_sparse_d{32,64,128}      index-sparse: each row walks its own list of keys (kv_indices),
 //                                  float32 on the CUDA cores, 4 threads per row (below).
 //
@@ -254,6 +257,81 @@ struct Flag {
     static constexpr bool value = VALUE;
 };
 
+// How the tensor-core kernel's key and value tiles reach shared memory, rows [start, start +
+// BLOCK_N) of kv head `kv` (b * Hkv + h_kv), zeros past `rows`, as one committed group of copies.
+// DenseTiles copies 16-bit rows by cp.async.
+template <int HEAD_DIM>
+struct DenseTiles {
+    const bits16* k;
+    const bits16* v;
+    __device__ __forceinline__ void start_k(bits16 (*tile)[HEAD_DIM + ROW_PAD], int kv, int start,
+                                            int rows) const {
+        start_tile_copy<HEAD_DIM, TENSOR_CORE_THREADS>(tile, k + (size_t)kv * rows * HEAD_DIM,
+                                                       start, rows);
+    }
+    __device__ __forceinline__ void start_v(bits16 (*tile)[HEAD_DIM + ROW_PAD], int kv, int start,
+                                            int rows) const {
+        start_tile_copy<HEAD_DIM, TENSOR_CORE_THREADS>(tile, v + (size_t)kv * rows * HEAD_DIM,
+                                                       start, rows);
+    }
+};
+
+// An e2m1 code's value (spec.block_scaled): sign, 2 exponent bits (bias 1), 1 mantissa bit;
+// 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+__device__ __forceinline__ float e2m1_value(unsigned code) {
+    const unsigned exponent = (code >> 1) & 3u, mantissa = code & 1u;
+    const float magnitude = exponent == 0 ? 0.5f * mantissa
+                                          : __int_as_float(((exponent + 126u) << 23) | (mantissa << 22));
+    return code & 8u ? -magnitude : magnitude;
+}
+
+// An e4m3fn byte's value: bias 7, subnormals below 2^-6, S.1111.111 NaN, no infinity.
+__device__ __forceinline__ float e4m3_value(bits8 byte) {
+    const unsigned exponent = (byte >> 3) & 15u, mantissa = byte & 7u;
+    const float magnitude = (byte & 0x7Fu) == 0x7Fu ? __int_as_float(0x7fc00000)
+                            : exponent == 0        ? mantissa * 0.001953125f  // m 2^-9
+                                                   : __int_as_float(((exponent + 120u) << 23) | (mantissa << 20));
+    return byte & 0x80u ? -magnitude : magnitude;
+}
+
+// Fp4Tiles decodes an FP4 cache's rows as it brings them in (spec.block_scaled's fp4_cache): two
+// e2m1 codes a byte, the first in the low nibble, each times its block's scale (BLOCK elements
+// along D; e4m3fn for NVFP4, e8m0 for MXFP4), rounded to Format (exact: at most 6 significant
+// bits, within the scales' range of a 16-bit q); plain stores, which the barrier before the tile's
+// first read publishes. NVFP4's global scales are the kernel's K_SCALES and V_SCALES.
+template <int HEAD_DIM, typename Format, int BLOCK, bool E8M0>
+struct Fp4Tiles {
+    const bits8* k;
+    const bits8* v;
+    const bits8* k_block_scales;
+    const bits8* v_block_scales;
+    __device__ __forceinline__ void decode(bits16 (*tile)[HEAD_DIM + ROW_PAD], const bits8* packed,
+                                           const bits8* scales, int kv, int start, int rows) const {
+        constexpr int BYTES = HEAD_DIM / 2, BLOCKS = HEAD_DIM / BLOCK;
+        for (int idx = threadIdx.x; idx < BLOCK_N * BYTES; idx += TENSOR_CORE_THREADS) {
+            const int r = idx / BYTES, byte = idx % BYTES;
+            bits32 pair = 0u;
+            if (start + r < rows) {
+                const size_t token = (size_t)kv * rows + start + r;
+                const bits8 codes = packed[token * BYTES + byte];
+                const bits8 code = scales[token * BLOCKS + 2 * byte / BLOCK];
+                const float scale = E8M0 ? e8m0_value(code) : e4m3_value(code);
+                pair = Format::pack(e2m1_value(codes & 15u) * scale, e2m1_value(codes >> 4) * scale);
+            }
+            *reinterpret_cast<bits32*>(&tile[r][2 * byte]) = pair;
+        }
+        commit_copies();  // none made: an empty group keeps wait_copies counting right
+    }
+    __device__ __forceinline__ void start_k(bits16 (*tile)[HEAD_DIM + ROW_PAD], int kv, int start,
+                                            int rows) const {
+        decode(tile, k, k_block_scales, kv, start, rows);
+    }
+    __device__ __forceinline__ void start_v(bits16 (*tile)[HEAD_DIM + ROW_PAD], int kv, int start,
+                                            int rows) const {
+        decode(tile, v, v_block_scales, kv, start, rows);
+    }
+};
+
 // --- a C fragment's rows (the tensor-core kernels') ---------------------------------------------
 //
 // A thread holds two rows of each 16x8 C fragment, row0 and row0 + 8 (r = 0, 1), two columns each;
@@ -323,10 +401,9 @@ __device__ __forceinline__ void store_row(bits16* o, int row, const float (&acc)
 // copied in while this tile's softmax runs); V has landed; every warp has read V. Only the tiles
 // that some row of the block sees in part (the diagonal, a window's edge, past Tk) compute a mask.
 
-template <int HEAD_DIM, typename Format, bool SOFTCAP>
+template <int HEAD_DIM, typename Format, bool SOFTCAP, typename Tiles>
 __device__ __forceinline__ void flash_forward_tensor_cores(
-    const bits16* __restrict__ Q, const bits16* __restrict__ K, const bits16* __restrict__ V,
-    bits16* __restrict__ O, float* __restrict__ LSE, int tq, int tk, float scale, int causal,
+    const bits16* __restrict__ Q, const Tiles tiles, bits16* __restrict__ O, float* __restrict__ LSE, int tq, int tk, float scale, int causal,
     int heads_per_kv, int window, float softcap, const float* __restrict__ sinks, int heads,
     const float* __restrict__ k_scales, const float* __restrict__ v_scales) {
     static_assert(HEAD_DIM % 16 == 0, "head dim must be a multiple of 16");
@@ -341,8 +418,7 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
     const int offset = tk - tq;
     const bits16* q = Q + (size_t)bh * tq * HEAD_DIM;
     // (b * Hq + h) / g = b * Hkv + h / g, since Hq = g * Hkv (g = heads_per_kv)
-    const bits16* k = K + (size_t)(bh / heads_per_kv) * tk * HEAD_DIM;
-    const bits16* v = V + (size_t)(bh / heads_per_kv) * tk * HEAD_DIM;
+    const int kv = bh / heads_per_kv;
     const int row0 = block_start + warp * 16 + group;  // this thread's rows: row0 and row0 + 8
 
     bits32 q_frag[HEAD_DIM / 16][4];
@@ -355,8 +431,7 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
     }
 
     // Scores are kept in the log2 domain (times log2 e) so that exp2f does the exponentials.
-    const ScoreMap<SOFTCAP> score_of(scale * kv_multiplier(k_scales, bh / heads_per_kv), softcap,
-                                     LOG2E);
+    const ScoreMap<SOFTCAP> score_of(scale * kv_multiplier(k_scales, kv), softcap, LOG2E);
     float running_max[2] = {negative_infinity(), negative_infinity()};
     float running_sum[2] = {0.0f, 0.0f};  // this thread's columns only; summed over tig at the end
     float acc[HEAD_DIM / 8][4];
@@ -394,7 +469,7 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
             }
         }
         __syncthreads();  // K is no longer read: the next tile's may come in
-        if (next < end) start_tile_copy<HEAD_DIM, TENSOR_CORE_THREADS>(k_tile, k, next, tk);
+        if (next < end) tiles.start_k(k_tile, kv, next, tk);
         else commit_copies();  // an empty group keeps wait_copies<1> counting right
 
         float tile_max[2] = {negative_infinity(), negative_infinity()};
@@ -447,13 +522,13 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
             }
         }
         __syncthreads();  // V is no longer read
-        if (next < end) start_tile_copy<HEAD_DIM, TENSOR_CORE_THREADS>(v_tile, v, next, tk);
+        if (next < end) tiles.start_v(v_tile, kv, next, tk);
         else commit_copies();
     };
 
     if (first < end) {
-        start_tile_copy<HEAD_DIM, TENSOR_CORE_THREADS>(k_tile, k, first, tk);
-        start_tile_copy<HEAD_DIM, TENSOR_CORE_THREADS>(v_tile, v, first, tk);
+        tiles.start_k(k_tile, kv, first, tk);
+        tiles.start_v(v_tile, kv, first, tk);
     }
     // Masked tiles, whole tiles, masked tiles: a window's edge, the tiles every row sees whole,
     // then the diagonal and the tile past Tk (any of the three may be empty).
@@ -476,7 +551,7 @@ __device__ __forceinline__ void flash_forward_tensor_cores(
             sinks == nullptr
                 ? 1.0f
                 : join_sink<Exp2>(running_max[r], running_sum[r], sinks[bh % heads] * LOG2E);
-        const float factor = correction * kv_multiplier(v_scales, bh / heads_per_kv) / running_sum[r];
+        const float factor = correction * kv_multiplier(v_scales, kv) / running_sum[r];
         store_row<HEAD_DIM, Format>(o, row, acc, r, factor, tig);
     }
 }
@@ -1053,12 +1128,31 @@ __device__ __forceinline__ void flash_sparse_forward(
              int tk, float scale, int causal, int heads_per_kv, int window, float softcap,     \
              const float* sinks, int heads, const float* k_scales, const float* v_scales) {    \
         flash_forward_tensor_cores<HEAD_DIM, FORMAT, SOFTCAP>(                                 \
-            q, k, v, o, lse, tq, tk, scale, causal, heads_per_kv, window, softcap, sinks,      \
-            heads, k_scales, v_scales);                                                        \
+            q, DenseTiles<HEAD_DIM>{k, v}, o, lse, tq, tk, scale, causal, heads_per_kv, window,  \
+            softcap, sinks, heads, k_scales, v_scales);                                        \
     }
 #define TENSOR_CORE_ENTRIES(NAME, HEAD_DIM, FORMAT)      \
     TENSOR_CORE_ENTRY(NAME, HEAD_DIM, FORMAT, false)     \
     TENSOR_CORE_ENTRY(NAME##_softcap, HEAD_DIM, FORMAT, true)
+
+// An FP4 cache's (spec.block_scaled's fp4_cache), q in 16 bits: (q, k, v, o, lse, tq, tk, scale,
+// causal, heads_per_kv, k_global, v_global, k_block_scales, v_block_scales), k and v packed e2m1
+// (B*Hkv, Tk, D/2), their block scales' bytes (B*Hkv, Tk, D/BLOCK), NVFP4's global scales per kv
+// head (null for MXFP4); no window, softcap or sinks (the entry point refuses them).
+#define FP4_ENTRY(NAME, HEAD_DIM, FORMAT, BLOCK, E8M0)                                         \
+    extern "C" __global__ void __launch_bounds__(TENSOR_CORE_THREADS)                          \
+        NAME(const bits16* q, const bits8* k, const bits8* v, bits16* o, float* lse, int tq,   \
+             int tk, float scale, int causal, int heads_per_kv, const float* k_global,         \
+             const float* v_global, const bits8* k_block_scales,                               \
+             const bits8* v_block_scales) {                                                    \
+        flash_forward_tensor_cores<HEAD_DIM, FORMAT, false>(                                   \
+            q, Fp4Tiles<HEAD_DIM, FORMAT, BLOCK, E8M0>{k, v, k_block_scales, v_block_scales},  \
+            o, lse, tq, tk, scale, causal, heads_per_kv, -1, 0.0f, nullptr, 1, k_global,      \
+            v_global);                                                                         \
+    }
+#define FP4_ENTRIES(NAME, HEAD_DIM, FORMAT)                 \
+    FP4_ENTRY(NAME##_nvfp4_d##HEAD_DIM, HEAD_DIM, FORMAT, 16, false) \
+    FP4_ENTRY(NAME##_mxfp4_d##HEAD_DIM, HEAD_DIM, FORMAT, 32, true)
 
 #define FLOAT32_ENTRY(NAME, HEAD_DIM, SOFTCAP)                                                \
     extern "C" __global__ void __launch_bounds__(F32_THREADS)                                 \
@@ -1079,6 +1173,12 @@ TENSOR_CORE_ENTRIES(flash_f16_d128, 128, Float16)
 TENSOR_CORE_ENTRIES(flash_bf16_d32, 32, BFloat16)
 TENSOR_CORE_ENTRIES(flash_bf16_d64, 64, BFloat16)
 TENSOR_CORE_ENTRIES(flash_bf16_d128, 128, BFloat16)
+FP4_ENTRIES(flash_f16, 32, Float16)
+FP4_ENTRIES(flash_f16, 64, Float16)
+FP4_ENTRIES(flash_f16, 128, Float16)
+FP4_ENTRIES(flash_bf16, 32, BFloat16)
+FP4_ENTRIES(flash_bf16, 64, BFloat16)
+FP4_ENTRIES(flash_bf16, 128, BFloat16)
 FLOAT32_ENTRIES(flash_f32_d32, 32)
 FLOAT32_ENTRIES(flash_f32_d64, 64)
 FLOAT32_ENTRIES(flash_f32_d128, 128)

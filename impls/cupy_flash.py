@@ -13,6 +13,11 @@ on the kernel of q's dtype, k and v widened to it (exact: every e4m3 and e5m2 va
 and a bfloat16 value) and their scales applied per kv head by the kernel, k's to the scores, v's
 to the output.
 
+The FP4 caches (spec.block_scaled's fp4_cache), q in 16 bits: the tensor-core kernel of q's dtype
+with each key and value tile decoded as it comes into shared memory (e2m1 pairs times their
+block's scale, exact in q's dtype), NVFP4's global scales applied to the scores and the output as
+an FP8 cache's are; q in float32, the cache decoded first for the float32 kernel.
+
 MXFP8 (spec.block_scaled's mx_attention): the FP8 kernels' loop with an e8m0 scale per 32
 elements, each 32-wide k-step of q k^T and of P v (one block of q's row and k's key, one block
 of v's keys) summed by its own mma and times its blocks' scales in float32, as a block-scaled
@@ -27,13 +32,19 @@ from dataclasses import replace
 
 import numpy as np
 
-from impls.block_scaled_calls import checked_block_call, is_block_scaled_call
+from impls.block_scaled_calls import (
+    CONVENTION_KEYWORDS,
+    checked_block_call,
+    is_block_scaled_call,
+)
 from impls.contract import RAISES_ON_ALL, Capabilities, Implementation, validate_inputs
 from impls.cuda_kernels import (
     FLASH_HEAD_DIMS,
+    FP4_KERNEL_FORMATS,
     FP8_KERNEL_FORMATS,
     backward_entry_points,
     flash_entry_point,
+    fp4_entry_point,
     fp8_entry_point,
     mx_entry_point,
     sparse_entry_point,
@@ -47,7 +58,9 @@ from impls.cupy_arrays import (
 )
 from impls.fp8_calls import checked_scales, is_fp8_call
 from impls.numpy_flash import BLOCK_M
+from spec.block_scaled import GLOBAL_SCALE_KEYWORDS, block_format, e2m1_values, scale_byte_values
 from spec.fp8 import Fp8Scales, values_of_bytes
+from spec.masks import host_values
 
 FLASH_CAPABILITIES = Capabilities(
     dtypes=("float32", "float16", "bfloat16"),
@@ -69,8 +82,8 @@ FLASH_CAPABILITIES = Capabilities(
     sparse_blocks=True,
     sparse_duplicates="count",  # each slot read: a key listed twice weighs twice
     block_scaled=True,
-    block_conventions=("mx_attention",),
-    block_formats=("mxfp8_e4m3", "mxfp8_e5m2"),
+    block_conventions=("mx_attention", "fp4_cache"),
+    block_formats=("mxfp8_e4m3", "mxfp8_e5m2", *FP4_KERNEL_FORMATS),
     block_p="e4m3_offset8",
     block_output="bfloat16",
 )
@@ -88,10 +101,15 @@ class CupyFlash(CupyArrays, Implementation):
     @functools.cached_property
     def capabilities(self) -> Capabilities:
         """FLASH_CAPABILITIES; before sm_89, which has no FP8 tensor cores, FP8 under the
-        key/value cache's convention only and no MXFP8 (once per instance: every call reads
-        it)."""
+        key/value cache's convention only, and of the block-scaled calls the FP4 caches (once
+        per instance: every call reads it)."""
         if self.unavailable_reason() is None and self.compute_capability() < FP8_TENSOR_CORES:
-            return replace(FLASH_CAPABILITIES, fp8_conventions=("kv_scale",), block_scaled=False)
+            return replace(
+                FLASH_CAPABILITIES,
+                fp8_conventions=("kv_scale",),
+                block_conventions=("fp4_cache",),
+                block_formats=FP4_KERNEL_FORMATS,
+            )
         return FLASH_CAPABILITIES
 
     def compute_capability(self) -> int:
@@ -262,25 +280,75 @@ class CupyFlash(CupyArrays, Implementation):
         )
 
     def block_scaled_attention(self, q, k, v, *, causal, scale, **keywords):
-        """An MXFP8 call (the module's docstring): its entry point's checks, then the MXFP8
-        kernel of its format on the bytes and their e8m0 scales; (out, lse) with return_lse."""
-        checked_block_call(self.capabilities, q, k, v, causal, scale, keywords,
-                           dtype_name=self.dtype_name)  # fmt: skip
-        d = q.shape[-1]
-        if d not in FLASH_HEAD_DIMS or v.shape[-1] != d:
+        """A block-scaled call (the module's docstring): its entry point's checks, then the MXFP8
+        kernel of its format, or the kernel of q's dtype over an FP4 cache; (out, lse) with
+        return_lse."""
+        convention, fmt = checked_block_call(self.capabilities, q, k, v, causal, scale, keywords,
+                                             dtype_name=self.dtype_name)  # fmt: skip
+        packed = convention == "fp4_cache"
+        d, dv = q.shape[-1], v.shape[-1] * (2 if packed else 1)
+        if d not in FLASH_HEAD_DIMS or dv != d:
             raise ValueError(
-                f"head dims D={d}, Dv={v.shape[-1]}, but {self.name} is compiled for D = Dv in "
+                f"head dims D={d}, Dv={dv}, but {self.name} is compiled for D = Dv in "
                 f"{', '.join(map(str, FLASH_HEAD_DIMS))}"
             )
-        operands = [self.fp8_bits(x, name) for name, x in zip("qkv", (q, k, v), strict=True)]
-        xp = namespace(operands[0])
-        scales = [
-            xp.ascontiguousarray(xp.asarray(keywords[f"{name}_block_scales"], dtype=xp.uint8))
-            for name in "qkv"
-        ]
-        out, lse = self.mx_kernel(*operands, *scales, fmt=self.dtype_name(q), causal=causal,
-                                  scale=scalar_scale(scale, d))  # fmt: skip
+        if packed:
+            operands = [q, k, v]
+        else:
+            operands = [self.fp8_bits(x, name) for name, x in zip("qkv", (q, k, v), strict=True)]
+        xp = namespace(operands[1])
+        named = CONVENTION_KEYWORDS[convention]
+        scales = [xp.ascontiguousarray(xp.asarray(keywords[name], dtype=xp.uint8))
+                  for name in named]  # fmt: skip
+        options = dict(causal=causal, scale=scalar_scale(scale, d))
+        if packed:
+            out, lse = self.fp4_cache_attention(q, k, v, *scales, fmt=fmt, keywords=keywords,
+                                                **options)  # fmt: skip
+        else:
+            out, lse = self.mx_kernel(*operands, *scales, fmt=self.dtype_name(q), **options)
         return (out, lse) if keywords.get("return_lse") else out
+
+    def fp4_cache_attention(self, q, k, v, k_scales, v_scales, *, fmt, keywords, causal, scale):
+        """(out, lse) over an FP4 cache: q in 16 bits, the tensor-core kernel that decodes each
+        tile as it comes in; q in float32, the cache decoded first (exact in float32) for the
+        float32 kernel. NVFP4's global scales multiply the scores and the output, as an FP8
+        cache's scales per kv head do."""
+        batch, kv_heads = k.shape[:2]
+        xp = namespace(k)
+        global_scales = None
+        if fmt == "nvfp4":
+            global_scales = tuple(
+                xp.full(batch * kv_heads, float(host_values(keywords[name])), dtype=xp.float32)
+                for name in GLOBAL_SCALE_KEYWORDS
+            )
+        if self.dtype_name(q) == "float32":
+            k_values, v_values = (
+                decoded_fp4(x, scales, fmt) for x, scales in ((k, k_scales), (v, v_scales))
+            )
+            return self.attention_and_lse(q, k_values, v_values, causal=causal, scale=scale,
+                                          kv_scales=global_scales)  # fmt: skip
+        return self.fp4_kernel(q, k, v, k_scales, v_scales, global_scales, fmt=fmt,
+                               causal=causal, scale=scale)  # fmt: skip
+
+    def fp4_kernel(self, q, k, v, k_scales, v_scales, global_scales, *, fmt, causal, scale):
+        """The tensor-core kernel of q's dtype over an FP4 cache of ``fmt``: (out, lse), q's
+        dtype (B, H, Tq, D) and float32 (B, H, Tq)."""
+        self.check_arrays(q=q)
+        self.check_arrays(supported=("uint8",), k=k, v=v)
+        batch, heads, tq, d = q.shape
+        self.check_grid(batch * heads, tq)
+        kernel = kernel_module("cupy_flash").get_function(
+            fp4_entry_point(self.dtype_name(q), fmt, d)
+        )
+        out = cupy.empty(q.shape, dtype=q.dtype)  # (B, H, Tq, D)
+        lse = cupy.empty((batch, heads, tq), dtype=cupy.float32)  # (B, H, Tq)
+        kernel(
+            (math.ceil(tq / BLOCK_M), batch * heads),
+            (FLASH_THREADS,),
+            (q, k, v, out, lse, np.int32(tq), np.int32(k.shape[-2]), scale, np.int32(causal),
+             np.int32(heads // k.shape[1]), *(global_scales or (None, None)), k_scales, v_scales),
+        )  # fmt: skip
+        return out, lse
 
     def mx_kernel(self, q, k, v, q_scales, k_scales, v_scales, *, fmt, causal, scale):
         """The MXFP8 kernel of ``fmt`` on the bytes of q, k, v and their e8m0 scales, contiguous
@@ -393,6 +461,18 @@ def widened_fp8(bits, fmt: str, dtype: str):
     xp = namespace(bits)
     values = xp.asarray(values_of_bytes(fmt).astype(np.float32))[bits]  # the bytes' values
     return xp.ascontiguousarray(narrowed(values, dtype))
+
+
+def decoded_fp4(packed, scales, fmt: str):
+    """An FP4 cache's values (spec.block_scaled), float32 (B, Hkv, Tk, D), contiguous, on the
+    cache's device: each e2m1 code, the first of a byte in its low nibble, times its block's
+    scale (exact in float32), the global scale not applied."""
+    xp = namespace(packed)
+    spec = block_format(fmt)
+    codes = xp.stack([packed & 15, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)
+    elements = xp.asarray(e2m1_values(np.arange(16)).astype(np.float32))[codes]
+    scale_values = xp.asarray(scale_byte_values(spec.scale).astype(np.float32))[scales]
+    return xp.ascontiguousarray(elements * xp.repeat(scale_values, spec.block, axis=-1))
 
 
 def unread_keywords_refused(q, k, v, options: dict, sparse: dict) -> None:

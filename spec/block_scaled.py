@@ -57,6 +57,13 @@ def e8m0_codes(exponents) -> np.ndarray:
     return (exponents + E8M0_BIAS).astype(np.uint8)
 
 
+def scale_byte_values(scale: str, e8m0_bias: int = E8M0_BIAS) -> np.ndarray:
+    """The value of each of the 256 bytes of a block scale format (BlockFormat.scale: e8m0, or an
+    FP8 format's name), float64, indexed by the byte."""
+    codes = np.arange(256)
+    return e8m0_values(codes, e8m0_bias) if scale == "e8m0" else values_of_bytes(scale)[codes]
+
+
 def round_to_e2m1(values) -> np.ndarray:
     """``values`` rounded to e2m1 (to nearest, ties to even), saturating at +-6 as the OCP
     recipe's conversion does; float64. e2m1 has no NaN: a NaN is a ValueError."""
@@ -324,9 +331,7 @@ class BlockCall:
 
     def scale_values(self, operand: str, reading: Reading) -> np.ndarray:
         codes = np.asarray(self.keywords[f"{operand}_block_scales"])
-        if self.format.scale == "e8m0":
-            return e8m0_values(codes, reading.e8m0_bias)
-        return values_of_bytes(self.format.scale)[codes.astype(np.int64)]
+        return scale_byte_values(self.format.scale, reading.e8m0_bias)[codes.astype(np.int64)]
 
     def elements(self, operand: str, reading: Reading) -> np.ndarray:
         stored = getattr(self, operand)

@@ -1,9 +1,9 @@
 """The CUDA kernels' own code, run on the host (tests/cuda_emulation): every flash kernel (dtype x
 head dim, and its _softcap twin) at partial tiles, Tq < Tk, without the mask, with an explicit
 scale and with sinks, its log-sum-exp, every FP8 kernel (format x head dim) and the key/value
-cache's FP8 path, every MXFP8 kernel, and the naive kernels, each judged against the float64
-oracle with the suite's tolerance budget; and the emulation's own FP8 conversions against
-spec.fp8, the kernels' e8m0 against spec.block_scaled. The whole suite on
+cache's FP8 path, every block-scaled kernel (MXFP8, the FP4 caches), and the naive kernels, each
+judged against the float64 oracle with the suite's tolerance budget; and the emulation's own FP8
+conversions against spec.fp8, the kernels' e8m0 against spec.block_scaled. The whole suite on
 them: ``--impl tests.cuda_emulation:flash``."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 from conformance.judge.fp8 import Fp8Inputs, compare_dequantized, compare_fp8, fp8_budget
 from conformance.judge.tolerance import compare_lse, compare_to_oracle
 from impls.cuda_kernels import FLASH_HEAD_DIMS, FP8_KERNEL_FORMATS
-from spec.block_scaled import block_format, e8m0_values
+from spec.block_scaled import e8m0_values, stored_dtypes
+from spec.block_scaled import output_dtype as block_output_dtype
 from spec.block_scaled import quantize_call as quantize_block_call
 from spec.dtypes import round_to
 from spec.formula import naive_log_sum_exp, reference_log_sum_exp
@@ -115,36 +116,49 @@ def test_fp8_kernels_match_the_truth_within_their_budget(emulation, fmt, head_di
             assert comparison.ok, f"{where}: {comparison.describe()}"
 
 
-# (Tq, Tk, causal) for MXFP8: v's scales run along the keys, 32 a block, so Tk is a multiple of
-# 32; one row; partial query blocks, a key tile half past the end, Tq < Tk; no mask.
-MX_CASES = [(1, 32, True), (65, 160, True), (70, 96, False)]
+# (Tq, Tk, causal) for the block-scaled kernels: MXFP8's v scales run along the keys, 32 a block,
+# so Tk is a multiple of 32; one row; partial query blocks, a key tile half past the end, Tq < Tk;
+# no mask.
+BLOCK_CASES = [(1, 32, True), (65, 160, True), (70, 96, False)]
+# (convention, format, q's dtype): MXFP8 on the FP8 kernels; the FP4 caches on the kernel of each
+# 16-bit q, and, for float32's q, decoded first for the float32 kernel
+BLOCK_CALLS = [
+    ("mx_attention", "mxfp8_e4m3", "float8_e4m3fn"), ("mx_attention", "mxfp8_e5m2", "float8_e5m2"),
+    ("fp4_cache", "nvfp4", "bfloat16"), ("fp4_cache", "nvfp4", "float16"),
+    ("fp4_cache", "mxfp4", "bfloat16"), ("fp4_cache", "mxfp4", "float16"),
+    ("fp4_cache", "nvfp4", "float32"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("head_dim", FLASH_HEAD_DIMS)
-@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp8_e5m2"])
-def test_mxfp8_kernels_match_the_truth_within_their_budget(emulation, fmt, head_dim):
-    """Two items, Hq = 4 over Hkv = 2, blocks of 32 at magnitudes 2^-8..2^8 (so neighbouring
-    scales differ), quantized by the recipe, held as BLOCK-SCALES holds them; the log-sum-exp as
-    BLOCK-MAGNITUDE holds it."""
+@pytest.mark.parametrize(("convention", "fmt", "query_dtype"), BLOCK_CALLS)
+def test_block_scaled_kernels_match_the_truth_within_their_budget(
+    emulation, convention, fmt, query_dtype, head_dim
+):
+    """Two items, Hq = 4 over Hkv = 2, each row at its own magnitude in 2^-8..2^8 (so neighbouring
+    blocks' scales differ), quantized by the recipe, held as BLOCK-SCALES holds them; the
+    log-sum-exp as BLOCK-MAGNITUDE holds it."""
     impl = emulation.flash
-    rng = np.random.default_rng([head_dim, len(fmt), 32])
-    for tq, tk, causal in MX_CASES:
+    rng = np.random.default_rng([head_dim, len(fmt), len(query_dtype)])
+    for tq, tk, causal in BLOCK_CASES:
         q, k, v = (
             rng.standard_normal(shape) * 2.0 ** rng.integers(-8, 9, (*shape[:-1], 1))
             for shape in ((2, 4, tq, head_dim), (2, 2, tk, head_dim), (2, 2, tk, head_dim))
         )
         options = dict(causal=causal, scale=None)
-        call = quantize_block_call(q, k, v, "mx_attention", fmt, options=options).with_(
-            p_rounding=impl.capabilities.block_p, out_dtype=impl.capabilities.block_output
+        out_dtype = block_output_dtype(convention, query_dtype, impl.capabilities.block_output)
+        call = quantize_block_call(q, k, v, convention, fmt, query_dtype, options).with_(
+            p_rounding=impl.capabilities.block_p, out_dtype=out_dtype
         )
-        element = block_format(fmt).element
-        natives = [impl.from_numpy(x, element) for x in (call.q, call.k, call.v)]
+        dtypes = stored_dtypes(convention, fmt, query_dtype)
+        stored = (call.q, call.k, call.v)
+        natives = [impl.from_numpy(x, dtype) for x, dtype in zip(stored, dtypes, strict=True)]
         out, lse = impl.attention(*natives, causal=causal, return_lse=True, **call.keywords)
-        where = f"{fmt} D={head_dim} Tq={tq} Tk={tk} causal={causal}"
-        assert impl.dtype_name(out) == "bfloat16", f"{where}: out is {impl.dtype_name(out)}"
+        where = f"{fmt} q in {query_dtype} D={head_dim} Tq={tq} Tk={tk} causal={causal}"
+        assert impl.dtype_name(out) == out_dtype, f"{where}: out is {impl.dtype_name(out)}"
         comparison = compare_dequantized(
             impl.to_numpy(out).astype(np.float64), call.dequantized(), call.baseline(),
-            options=options, budget=fp8_budget("bfloat16", call.p_rounding),
+            options=options, budget=fp8_budget(out_dtype, call.p_rounding),
         )  # fmt: skip
         assert comparison.ok, f"{where}: {comparison.describe()}"
         true_q, true_k, _ = call.dequantized()

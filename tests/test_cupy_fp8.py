@@ -26,7 +26,8 @@ def test_before_sm_89_cupy_flash_declares_fp8_under_the_cache_convention_only(mo
     monkeypatch.setattr(CupyFlash, "unavailable_reason", lambda self: None)
     monkeypatch.setattr(CupyFlash, "compute_capability", lambda self: 80)
     assert CupyFlash().capabilities.fp8_conventions == ("kv_scale",)
-    assert not CupyFlash().capabilities.block_scaled  # MXFP8 runs on the FP8 tensor cores
+    # MXFP8 runs on the FP8 tensor cores; the FP4 caches decode to q's 16 bits
+    assert CupyFlash().capabilities.block_conventions == ("fp4_cache",)
     monkeypatch.setattr(CupyFlash, "compute_capability", lambda self: 90)
     assert CupyFlash().capabilities == FLASH_CAPABILITIES
     assert FLASH_CAPABILITIES.fp8_conventions == ("descale", "kv_scale")

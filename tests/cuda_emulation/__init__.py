@@ -26,6 +26,7 @@ from impls.cuda_kernels import (
     SOURCES,
     backward_entry_points,
     flash_entry_point,
+    fp4_entry_point,
     fp8_entry_point,
     mx_entry_point,
     sparse_entry_point,
@@ -40,7 +41,7 @@ from tests.made_once import made_once
 HERE = Path(__file__).parent
 SOURCES_TO_BUILD = [HERE / "flash.cpp", HERE / "naive.cpp", HERE / "races.cpp"]
 LIBRARY = "attnspec_cuda_emulation.so"
-STORAGE = {"float16": np.float16, "bfloat16": np.uint16, "float32": np.float32}
+STORAGE = {"float16": np.float16, "bfloat16": np.uint16, "float32": np.float32, "uint8": np.uint8}
 
 
 class EmulationUnavailable(RuntimeError):
@@ -95,6 +96,10 @@ def load(library: Path) -> ctypes.CDLL:
     lib.run_flash_fp8.restype = integer
     lib.run_flash_mx.argtypes = lib.run_flash_fp8.argtypes
     lib.run_flash_mx.restype = integer
+    lib.run_flash_fp4.argtypes = [
+        ctypes.c_char_p, *[pointer] * 5, *[integer] * 3, real, integer, integer, *[pointer] * 4,
+    ]  # fmt: skip
+    lib.run_flash_fp4.restype = integer
     lib.emulated_pack_e4m3.argtypes = [real, real]
     lib.emulated_pack_e4m3.restype = ctypes.c_ushort
     lib.emulated_fp8_value.argtypes = [ctypes.c_ubyte, integer]
@@ -197,6 +202,7 @@ class EmulatedCupyFlash(EmulatedKernels):
     attention = CupyFlash.attention
     fp8_attention = CupyFlash.fp8_attention
     block_scaled_attention = CupyFlash.block_scaled_attention
+    fp4_cache_attention = CupyFlash.fp4_cache_attention
     sparse_attention_and_lse = CupyFlash.sparse_attention_and_lse
     vjp = CupyFlash.vjp
 
@@ -238,6 +244,21 @@ class EmulatedCupyFlash(EmulatedKernels):
             scale, int(causal), heads // k.shape[1], *map(_address, (q_scales, k_scales, v_scales)),
         )  # fmt: skip
         checked_launch(status, kernel, f"no MXFP8 kernel {kernel}")
+        return out, lse
+
+    def fp4_kernel(self, q, k, v, k_scales, v_scales, global_scales, *, fmt, causal, scale):
+        batch, heads, tq, d = q.shape
+        kernel = fp4_entry_point(self.dtype_name(q), fmt, d)
+        q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
+        out = np.empty_like(q)  # (B, H, Tq, D)
+        lse = np.empty((batch, heads, tq), dtype=np.float32)  # (B, H, Tq)
+        status = library().run_flash_fp4(
+            kernel.encode(), *map(_address, (q, k, v, out, lse)), batch * heads, tq, k.shape[-2],
+            scale, int(causal), heads // k.shape[1],
+            *((None, None) if global_scales is None else map(_address, global_scales)),
+            *map(_address, (k_scales, v_scales)),
+        )  # fmt: skip
+        checked_launch(status, kernel, f"no FP4 cache kernel {kernel}")
         return out, lse
 
     def backward_kernels(self, q, k, v, grad_out, lse, delta, grad_lse, *, causal, scale, window,

@@ -155,6 +155,38 @@ extern "C" int run_flash_mx(const char* name, const void* q, const void* k, cons
     return 1;
 }
 
+#define RUN_FP4_IF(NAME)                                                                      \
+    if (std::strcmp(name, #NAME) == 0) {                                                      \
+        launch(grid, TENSOR_CORE_THREADS, [&] {                                               \
+            NAME(static_cast<const bits16*>(q), static_cast<const bits8*>(k),                 \
+                 static_cast<const bits8*>(v), static_cast<bits16*>(o), lse, tq, tk, scale,   \
+                 causal, heads_per_kv, k_global, v_global, k_block_scales, v_block_scales);   \
+        });                                                                                   \
+        return 0;                                                                             \
+    }
+
+// Launches FP4 cache kernel `name` as impls/cupy_flash.py does; returns 1 for an unknown name.
+extern "C" int run_flash_fp4(const char* name, const void* q, const void* k, const void* v,
+                             void* o, float* lse, int batch_heads, int tq, int tk, float scale,
+                             int causal, int heads_per_kv, const float* k_global,
+                             const float* v_global, const bits8* k_block_scales,
+                             const bits8* v_block_scales) {
+    const Index3 grid{unsigned((tq + BLOCK_M - 1) / BLOCK_M), unsigned(batch_heads), 1};
+    RUN_FP4_IF(flash_f16_nvfp4_d32)
+    RUN_FP4_IF(flash_f16_nvfp4_d64)
+    RUN_FP4_IF(flash_f16_nvfp4_d128)
+    RUN_FP4_IF(flash_f16_mxfp4_d32)
+    RUN_FP4_IF(flash_f16_mxfp4_d64)
+    RUN_FP4_IF(flash_f16_mxfp4_d128)
+    RUN_FP4_IF(flash_bf16_nvfp4_d32)
+    RUN_FP4_IF(flash_bf16_nvfp4_d64)
+    RUN_FP4_IF(flash_bf16_nvfp4_d128)
+    RUN_FP4_IF(flash_bf16_mxfp4_d32)
+    RUN_FP4_IF(flash_bf16_mxfp4_d64)
+    RUN_FP4_IF(flash_bf16_mxfp4_d128)
+    return 1;
+}
+
 // The emulation's own FP8 conversions, for tests/test_cuda_emulation.py to hold to spec.fp8.
 extern "C" unsigned short emulated_pack_e4m3(float low, float high) { return pack_e4m3(low, high); }
 extern "C" float emulated_fp8_value(unsigned char byte, int e5m2) { return fp8_value(byte, e5m2); }
