@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spec.block_scaled import BLOCK_CONVENTIONS, BLOCK_FORMATS
+from spec.block_scaled import BLOCK_CONVENTIONS, BLOCK_FORMATS, CACHE_CONVENTIONS
 from spec.dtypes import check_dtype
 from spec.features import FEATURES
 from spec.fp8 import (
@@ -211,12 +211,14 @@ class Capabilities:
     fp8_query_dtypes: tuple[str, ...] | None = None
     # Block-scaled inputs (spec.block_scaled): the conventions it takes (BLOCK_CONVENTIONS), the
     # formats (BLOCK_FORMATS), where it rounds P (P_ROUNDINGS: MXFP8 kernels round it to e4m3 at
-    # 2^8, "e4m3_offset8") and the dtype of mx_attention's output (the caches' is q's, one of
-    # fp8_queries)
+    # 2^8, "e4m3_offset8"; block_cache_p, where set, under a cache's convention instead: a kernel
+    # that decodes a cache for its 16-bit path rounds P to q's 16 bits) and the dtype of
+    # mx_attention's output (the caches' is q's, one of fp8_queries)
     block_scaled: bool = False
     block_conventions: tuple[str, ...] = tuple(BLOCK_CONVENTIONS)
     block_formats: tuple[str, ...] = tuple(BLOCK_FORMATS)
     block_p: str = "float32"
+    block_cache_p: str | None = None
     block_output: str = "bfloat16"
 
     def __post_init__(self) -> None:
@@ -345,6 +347,15 @@ class Capabilities:
             ("block_formats", BLOCK_FORMATS),
             ("block_p", P_ROUNDINGS),
         )
+        if self.block_cache_p is not None:
+            self.check_vocabularies(self.block_scaled, ("block_cache_p", P_ROUNDINGS))
+
+    def block_p_of(self, convention: str) -> str:
+        """Where P is rounded in a block-scaled call of ``convention``: block_cache_p under a
+        cache's, where declared, else block_p."""
+        if self.block_cache_p is not None and convention in CACHE_CONVENTIONS:
+            return self.block_cache_p
+        return self.block_p
 
     def check_vocabularies(self, declared: bool, *fields: tuple[str, dict]) -> None:
         """Each field names values of its vocabulary: one for a string, at least one for a tuple
@@ -417,6 +428,7 @@ class Capabilities:
             text += (
                 f"; block-scaled {','.join(self.block_conventions)} in "
                 f"{','.join(self.block_formats)}, P in {self.block_p}"
+                + ("" if self.block_cache_p is None else f" (in {self.block_cache_p} in caches)")
             )
         if self.paged and self.page_sizes is not None:
             text += "; page sizes " + ",".join(map(str, self.page_sizes))

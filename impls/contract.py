@@ -355,8 +355,8 @@ def block_declaration(fn: Callable, accepted: set[str]) -> dict:
     v_block_scales for fp4_cache, with k_global_scale and v_global_scale for NVFP4;
     kv_cache_layout for mla_fp8_cache), the rest as
     attributes, as in fn.block_conventions = ("mx_attention",), fn.block_formats =
-    ("mxfp8_e4m3",), fn.block_p = "e4m3_offset8", fn.block_output = "bfloat16"; their defaults
-    are Capabilities'."""
+    ("mxfp8_e4m3",), fn.block_p = "e4m3_offset8", fn.block_cache_p = "bfloat16", fn.block_output
+    = "bfloat16"; their defaults are Capabilities'."""
     conventions = tuple(
         convention
         for convention, keywords in BLOCK_CONVENTION_KEYWORDS.items()
@@ -364,7 +364,7 @@ def block_declaration(fn: Callable, accepted: set[str]) -> dict:
     )
     if not conventions:
         return {}
-    attributes = ("block_conventions", "block_formats", "block_p", "block_output")
+    attributes = ("block_conventions", "block_formats", "block_p", "block_cache_p", "block_output")
     declared = {name: getattr(fn, name) for name in attributes if hasattr(fn, name)}
     declared = {n: tuple(v) if isinstance(v, list | tuple) else v for n, v in declared.items()}
     return {"block_scaled": True, "block_conventions": conventions} | declared

@@ -85,6 +85,7 @@ FLASH_CAPABILITIES = Capabilities(
     block_conventions=("mx_attention", "fp4_cache"),
     block_formats=("mxfp8_e4m3", "mxfp8_e5m2", *FP4_KERNEL_FORMATS),
     block_p="e4m3_offset8",
+    block_cache_p="bfloat16",  # the FP4 caches on the 16-bit kernels: P in q's 16 bits
     block_output="bfloat16",
 )
 # The keywords of index-sparse calls (spec.masks' kv_indices kind), which the sparse kernel takes

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from impls.block_scaled_calls import checked_block_call
+from impls.capabilities import Capabilities
+from impls.contract import PlainCallable
 from impls.registry import resolve
 from impls.validation import AttentionInputError
 from spec.block_scaled import (
@@ -266,3 +268,21 @@ def test_page_pools_are_refused_where_the_convention_is_not_a_caches():
     paging = {"block_table": np.zeros((1, 4), np.int32), "key_lengths": (64,)}
     with pytest.raises(AttentionInputError, match=r"page pools are a cache's"):
         impl.attention(*natives, causal=True, **call.keywords, **paging)
+
+
+def test_where_p_is_rounded_in_a_cache_is_declared_apart_and_checked():
+    """A kernel that decodes a cache for its 16-bit path rounds P to q's 16 bits, where its MXFP8
+    path rounds it to e4m3: block_cache_p, as a plain callable's attribute too."""
+
+    def kernel(q, k, v, *, causal=True, scale=None, k_block_scales=None, v_block_scales=None,
+               q_block_scales=None):  # fmt: skip
+        raise NotImplementedError
+
+    kernel.block_p, kernel.block_cache_p = "e4m3_offset8", "bfloat16"
+    caps = PlainCallable(kernel, "kernel").capabilities
+    assert caps.block_p_of("mx_attention") == "e4m3_offset8"
+    assert caps.block_p_of("fp4_cache") == caps.block_p_of("mla_fp8_cache") == "bfloat16"
+    plain = Capabilities(dtypes=("float32",), block_scaled=True, block_p="e4m3_offset8")
+    assert plain.block_p_of("fp4_cache") == "e4m3_offset8"
+    with pytest.raises(ValueError, match="block_cache_p='e5m2', but should name one of float32"):
+        Capabilities(dtypes=("float32",), block_scaled=True, block_cache_p="e5m2")

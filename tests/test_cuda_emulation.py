@@ -148,7 +148,7 @@ def test_block_scaled_kernels_match_the_truth_within_their_budget(
         options = dict(causal=causal, scale=None)
         out_dtype = block_output_dtype(convention, query_dtype, impl.capabilities.block_output)
         call = quantize_block_call(q, k, v, convention, fmt, query_dtype, options).with_(
-            p_rounding=impl.capabilities.block_p, out_dtype=out_dtype
+            p_rounding=impl.capabilities.block_p_of(convention), out_dtype=out_dtype
         )
         dtypes = stored_dtypes(convention, fmt, query_dtype)
         stored = (call.q, call.k, call.v)

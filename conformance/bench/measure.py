@@ -247,8 +247,9 @@ class TimedSide:
         query_dtype = stored_dtypes(call.convention, self.dtype, cache_query)[0]
         out_dtype = block_scaled.output_dtype(call.convention, query_dtype, caps.block_output)
         options = dict(causal=self.causal, scale=self.shape.keywords.get("scale"))
-        call = call.with_(p_rounding=caps.block_p, out_dtype=out_dtype, options=options)
-        budget = fp8_budget(out_dtype, caps.block_p)
+        p_rounding = caps.block_p_of(call.convention)
+        call = call.with_(p_rounding=p_rounding, out_dtype=out_dtype, options=options)
+        budget = fp8_budget(out_dtype, p_rounding)
         group = self.shape.heads // self.shape.kv_heads
         pairs = self.shape.batch * self.shape.heads
         for index in self.choices.choice(pairs, size=min(heads, pairs), replace=False):

@@ -96,7 +96,8 @@ def declared_call(subject: Subject, case: Case, q, k, v) -> BlockCall:
         options["key_lengths"] = tuple(case.key_lengths)
     call = quantize_call(q, k, v, case.block_convention, case.block_format, case.dtype, options)
     out_dtype = output_dtype(case.block_convention, case.dtype, caps.block_output)
-    return call.with_(p_rounding=caps.block_p, out_dtype=out_dtype, page_size=case.page_size)
+    p_rounding = caps.block_p_of(case.block_convention)
+    return call.with_(p_rounding=p_rounding, out_dtype=out_dtype, page_size=case.page_size)
 
 
 def block_magnitudes(subject: Subject, shape, axis: int, block: int, spread: float) -> np.ndarray:
