@@ -1,9 +1,9 @@
 """Zoo members in block-scaled formats: kernels whose plumbing of the blocks went wrong as
 Blackwell kernels' did (v scaled along D, P at scale 1, the output halved, a block of 16 read as
 32 and the reverse, e8m0's bias off by one, nibbles swapped, NVFP4's global scale dropped, the
-log-sum-exp at P's scale, a page pool's last page read whole) or as DeepSeek's latent cache can
-be misread (its rotary part read as e4m3, its scales per 64), and correct ones that round P at
-2^8 over tiles of 128 keys, dense or paged.
+log-sum-exp at P's scale or before the softmax scale, a page pool's last page read whole) or as
+DeepSeek's latent cache can be misread (its rotary part read as e4m3, its scales per 64), and
+correct ones that round P at 2^8 over tiles of 128 keys, dense or paged.
 
 Each member is a plain callable that declares its convention by its keywords and its arithmetic
 by attributes (fn.block_formats, fn.block_p, fn.block_output). The kernel below decodes the bytes
@@ -165,6 +165,10 @@ def tiles(q, k, v, *, causal, scale, p, bug, work, key_lengths=None, with_lse=Fa
             return out
         # P's sum as the tiles kept it: at P's e4m3 scale where that was never divided out
         kept = total * offset if bug == "lse-keeps-p-offset" else total
+        if bug == "lse-unscaled":  # the row's max and sum exported of q k^T before the scale
+            raw = np.where(seen, q @ k.swapaxes(-1, -2), work(-np.inf))
+            top = raw.max(axis=-1, keepdims=True)
+            kept = np.exp(raw - np.where(np.isfinite(top), top, work(0))).sum(-1, keepdims=True)
         return out, (top + np.log(kept))[..., 0]
 
 
@@ -286,6 +290,14 @@ def mx_lse_keeps_p_offset(q, k, v, *, causal=True, scale=None, enable_gqa=False,
                           v_block_scales=None):  # fmt: skip
     """The log-sum-exp taken of P's sum at P's e4m3 scale of 2^8, which the output divides out:
     every row's ln 2^8 too large, the output right."""
+
+
+@mutant("block scaled", "BLOCK-SCALES", mistake="lse-unscaled")
+@block_member("lse-unscaled", formats=("mxfp8_e4m3",))
+def mx_lse_unscaled(q, k, v, *, causal=True, scale=None, enable_gqa=False, return_lse=False,
+                    q_block_scales=None, k_block_scales=None, v_block_scales=None):  # fmt: skip
+    """The log-sum-exp of the decoded q k^T before the softmax scale, the output right: at q = k
+    = 0 every score is 0 either way, so only blocks of other magnitudes show it."""
 
 
 @mutant("block scaled", "BLOCK-PAGED", mistake="block-last-page-read-whole")
