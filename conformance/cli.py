@@ -266,7 +266,8 @@ def command_explain(options: argparse.Namespace) -> int:
         if claim.capability == "none":
             print("  needs: nothing declared; every implementation is checked")
         else:
-            print(f"  needs: Capabilities({claim.capability}=True); others show it as not checked")
+            flags = ", ".join(f"{flag}=True" for flag in claim.needs)
+            print(f"  needs: Capabilities({flags}); others show it as not checked")
     tests = tests_of_claims().get(claim.id, [])
     print(f"  tests ({len(tests)}):")
     for test in tests:

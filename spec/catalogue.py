@@ -84,8 +84,11 @@ class Claim:
     follows_from: tuple[str, ...] = ()
     erratum: str | None = None
     convention: str | None = None  # extension claims: the convention followed, and its source
-    capability: str | None = None  # extension claims: what an implementation declares, or "none"
+    # extension claims: what an implementation declares, or "none"; where its cases need more
+    # than one flag, the first (its group's) here and every one in ``needs``
+    capability: str | None = None
     refines: str | None = None  # the document's claim this one judges a part of, apart
+    needs: tuple[str, ...] = ()  # every Capabilities flag its cases need (none: () )
 
     @property
     def is_extension(self) -> bool:
@@ -173,8 +176,17 @@ def parse_catalogue(text: str, source: str = "<catalogue>") -> Catalogue:
             raise CatalogueError(
                 f"{where}: field(s) {', '.join(present)} belong to extension sections only"
             )
+        needs = ()
         if extension:
-            _require_choice(where, "capability", entry["capability"], CAPABILITIES)
+            named = entry["capability"]
+            needs = tuple(named) if isinstance(named, list) else (named,)
+            if not needs or (NO_FEATURE in needs and len(needs) > 1):
+                raise CatalogueError(
+                    f"{where}: capability={named!r}, but should name one flag, several, or "
+                    f"{NO_FEATURE!r} alone"
+                )
+            for flag in needs:
+                _require_choice(where, "capability", flag, CAPABILITIES)
         claims[entry["id"]] = Claim(
             id=entry["id"],
             level=Level(entry["level"]),
@@ -185,8 +197,9 @@ def parse_catalogue(text: str, source: str = "<catalogue>") -> Catalogue:
             follows_from=tuple(entry.get("follows_from", ())),
             erratum=entry.get("erratum"),
             convention=entry.get("convention"),
-            capability=entry.get("capability"),
+            capability=needs[0] if needs else None,
             refines=entry.get("refines"),
+            needs=() if needs == (NO_FEATURE,) else needs,
         )
 
     for claim in claims.values():

@@ -50,7 +50,7 @@ def features() -> list[str]:
     claims = load_catalogue().claims.values()
     lines = []
     for feature in FEATURES:
-        ids = ", ".join(f"`{c.id}`" for c in claims if c.capability == feature.name)
+        ids = ", ".join(f"`{c.id}`" for c in claims if feature.name in c.needs)
         keywords = ", ".join(f"`{k}`" for k in feature.keywords) or "its shapes"
         lines += bullet(f"`{feature.name}` ({keywords}): {ids or 'no claim of its own'}")
     return lines

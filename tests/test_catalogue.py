@@ -111,6 +111,13 @@ def test_extension_claims_carry_their_convention_and_capability():
     assert not catalogue["A"].is_extension
     assert catalogue["B"].is_extension
     assert (catalogue["B"].convention, catalogue["B"].capability) == ("someone's", "gqa")
+    assert catalogue["B"].needs == ("gqa",)
+    several = parse_catalogue(VALID + EXTENSION.replace('"gqa"', '["block_scaled", "paged"]'))
+    assert (several["B"].capability, several["B"].needs) == (
+        "block_scaled",
+        ("block_scaled", "paged"),
+    )
+    assert parse_catalogue(VALID + EXTENSION.replace('"gqa"', '"none"'))["B"].needs == ()
 
 
 @pytest.mark.parametrize(
@@ -120,8 +127,19 @@ def test_extension_claims_carry_their_convention_and_capability():
         (VALID + EXTENSION.replace('"gqa"', '"teleport"'), "capability='teleport'"),
         (VALID + 'convention = "x"\n' + EXTENSION, "belong to extension sections only"),
         (VALID + EXTENSION.replace("extension = true", 'extension = "yes"'), "non-boolean"),
+        (VALID + EXTENSION.replace('"gqa"', '["gqa", "teleport"]'), "capability='teleport'"),
+        (VALID + EXTENSION.replace('"gqa"', '["gqa", "none"]'), "'none' alone"),
+        (VALID + EXTENSION.replace('"gqa"', "[]"), "capability=[]"),
     ],
-    ids=["no-convention", "unknown-capability", "document-claim-with-convention", "flag"],
+    ids=[
+        "no-convention",
+        "unknown-capability",
+        "document-claim-with-convention",
+        "flag",
+        "unknown-among-several",
+        "none-among-several",
+        "no-capability",
+    ],
 )
 def test_malformed_extension_claims_are_rejected_by_name(text, message):
     with pytest.raises(CatalogueError, match=re.escape(message)):
@@ -133,5 +151,5 @@ def test_every_capability_an_extension_needs_is_a_capabilities_flag():
 
     fields = Capabilities.__dataclass_fields__
     for claim in load_catalogue():
-        if claim.is_extension and claim.capability != "none":
-            assert fields[claim.capability].type == "bool", claim.id
+        for flag in claim.needs:
+            assert fields[flag].type == "bool", (claim.id, flag)
