@@ -67,16 +67,19 @@ def test_zero_queries_and_keys_give_the_log_of_the_keys_seen_as_lse(subject, con
     assert_block_lse_matches(subject, case, lse, call)
 
 
-# A decoding batch over pools: one item past several pages and mid-page, one short and mid-page,
-# one ending on a page's boundary; FlashMLA's pages of 64 for the latent cache, vLLM's 16 else.
+# A batch over pools: one item past several pages and mid-page, one short and mid-page, one
+# ending on a page's boundary; FlashMLA's pages of 64 for the latent cache, vLLM's 16 else. Each
+# item decodes one row, or a chunk of 5 rows (speculative decoding, chunked prefill: the last
+# rows of each item, bottom-right).
 PAGED_LENGTHS = (150, 37, 64)
 
 
 @pytest.mark.claim("BLOCK-PAGED")
+@pytest.mark.parametrize("tq", [1, 5], ids=["decode", "chunk of 5"])
 @pytest.mark.parametrize(("convention", "fmt"), PAGED_CASES)
-def test_page_pools_are_read_through_the_table_and_nothing_else(subject, convention, fmt):
+def test_page_pools_are_read_through_the_table_and_nothing_else(subject, convention, fmt, tq):
     page_size = 64 if fmt in CACHE_LAYOUTS else 16
-    case = block_case(subject, convention, fmt, batch=3, heads=4, tq=1, tk=max(PAGED_LENGTHS),
+    case = block_case(subject, convention, fmt, batch=3, heads=4, tq=tq, tk=max(PAGED_LENGTHS),
                       head_dim=64, key_lengths=PAGED_LENGTHS, page_size=page_size)  # fmt: skip
     call = declared_call(subject, case, *spread_draw(subject, case))
     assert_block_matches(subject, case, call_block(subject, case, call), call)
