@@ -298,9 +298,8 @@ class CupyFlash(CupyArrays, Implementation):
         else:
             operands = [self.fp8_bits(x, name) for name, x in zip("qkv", (q, k, v), strict=True)]
         xp = namespace(operands[1])
-        named = CONVENTION_KEYWORDS[convention]
         scales = [xp.ascontiguousarray(xp.asarray(keywords[name], dtype=xp.uint8))
-                  for name in named]  # fmt: skip
+                  for name in CONVENTION_KEYWORDS[convention]]  # fmt: skip
         options = dict(causal=causal, scale=scalar_scale(scale, d))
         if packed:
             out, lse = self.fp4_cache_attention(q, k, v, *scales, fmt=fmt, keywords=keywords,
