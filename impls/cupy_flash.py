@@ -310,9 +310,10 @@ class CupyFlash(CupyArrays, Implementation):
 
     def fp4_cache_attention(self, q, k, v, k_scales, v_scales, *, fmt, keywords, causal, scale):
         """(out, lse) over an FP4 cache: q in 16 bits, the tensor-core kernel that decodes each
-        tile as it comes in; q in float32, the cache decoded first (exact in float32) for the
-        float32 kernel. NVFP4's global scales multiply the scores and the output, as an FP8
-        cache's scales per kv head do."""
+        tile as it comes in; q in float32, or a cache some of whose values q's 16 bits do not
+        hold exactly (decodes_exactly), the cache decoded first (exact in float32) for the
+        float32 kernel, q widened and the output in its dtype. NVFP4's global scales multiply
+        the scores and the output, as an FP8 cache's scales per kv head do."""
         batch, kv_heads = k.shape[:2]
         xp = namespace(k)
         global_scales = None
@@ -321,12 +322,15 @@ class CupyFlash(CupyArrays, Implementation):
                 xp.full(batch * kv_heads, float(host_values(keywords[name])), dtype=xp.float32)
                 for name in GLOBAL_SCALE_KEYWORDS
             )
-        if self.dtype_name(q) == "float32":
+        dtype = self.dtype_name(q)
+        if dtype == "float32" or not decodes_exactly(fmt, dtype, k_scales, v_scales):
             k_values, v_values = (
                 decoded_fp4(x, scales, fmt) for x, scales in ((k, k_scales), (v, v_scales))
             )
-            return self.attention_and_lse(q, k_values, v_values, causal=causal, scale=scale,
-                                          kv_scales=global_scales)  # fmt: skip
+            out, lse = self.attention_and_lse(widened(q, dtype), k_values, v_values,
+                                              causal=causal, scale=scale,
+                                              kv_scales=global_scales)  # fmt: skip
+            return narrowed(out, dtype), lse
         return self.fp4_kernel(q, k, v, k_scales, v_scales, global_scales, fmt=fmt,
                                causal=causal, scale=scale)  # fmt: skip
 
@@ -473,6 +477,28 @@ def decoded_fp4(packed, scales, fmt: str):
     elements = xp.asarray(e2m1_values(np.arange(16)).astype(np.float32))[codes]
     scale_values = xp.asarray(scale_byte_values(spec.scale).astype(np.float32))[scales]
     return xp.ascontiguousarray(elements * xp.repeat(scale_values, spec.block, axis=-1))
+
+
+# The decoded values q's 16 bits hold exactly: an e2m1 element (at most 2 significant bits) times
+# its block's scale (at most 4) keeps 6, which both formats' normal range holds; float16's is
+# 2^-14 .. 65504, and bfloat16's 2^-126 .. 2^128 less a bit, past which a value rounds or turns to
+# inf. (e2m1's smallest nonzero magnitude is 0.5, its largest 6.)
+SIXTEEN_BIT_RANGES = {"float16": (2.0**-14, 65504.0), "bfloat16": (2.0**-126, 3.3895e38)}
+
+
+def decodes_exactly(fmt: str, dtype: str, *scales) -> bool:
+    """Whether every nonzero element of an FP4 cache with these block scales' bytes, times its
+    scale, is a normal number of ``dtype`` (float16, bfloat16): its 16-bit tiles hold it exactly.
+    A NaN scale reads as NaN in any dtype."""
+    xp = namespace(scales[0])
+    values = xp.asarray(scale_byte_values(block_format(fmt).scale).astype(np.float32))
+    smallest, largest = SIXTEEN_BIT_RANGES[dtype]
+    for codes in scales:
+        used = values[codes]
+        used = used[(used > 0) & ~xp.isnan(used)]
+        if used.size and (float(used.min()) * 0.5 < smallest or float(used.max()) * 6 > largest):
+            return False
+    return True
 
 
 def unread_keywords_refused(q, k, v, options: dict, sparse: dict) -> None:

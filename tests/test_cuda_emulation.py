@@ -168,6 +168,34 @@ def test_block_scaled_kernels_match_the_truth_within_their_budget(
         assert lse_comparison.ok, f"{where}: lse {lse_comparison.describe()}"
 
 
+def test_an_fp4_cache_past_float16s_range_is_still_read_exactly_by_a_float16_q(emulation):
+    """An MXFP4 block of keys at 2^16 decodes past 65504, which the float16 tiles cannot hold:
+    the call reads that cache decoded in float32 and still matches the truth; the float16 kernel
+    alone would not."""
+    impl = emulation.flash
+    rng = np.random.default_rng(16)
+    q = rng.standard_normal((1, 2, 40, 64)) * 2.0**-12
+    k, v = (rng.standard_normal((1, 2, 64, 64)) for _ in range(2))
+    k[0, 1, 7, :32] *= 2.0**16  # one block of one key
+    options = dict(causal=True, scale=None)
+    call = quantize_block_call(q, k, v, "fp4_cache", "mxfp4", "float16", options).with_(
+        p_rounding=impl.capabilities.block_p_of("fp4_cache"), out_dtype="float16"
+    )
+    stored = zip((call.q, call.k, call.v), ("float16", "uint8", "uint8"), strict=True)
+    natives = [impl.from_numpy(x, dtype) for x, dtype in stored]
+    out = impl.attention(*natives, causal=True, **call.keywords)
+    budget = fp8_budget("float16", call.p_rounding)
+    comparison = compare_dequantized(out.astype(np.float64), call.dequantized(), call.baseline(),
+                                     options=options, budget=budget)  # fmt: skip
+    assert comparison.ok, comparison.describe()
+    scales = [np.asarray(call.keywords[name]) for name in ("k_block_scales", "v_block_scales")]
+    tiles_only, _ = impl.fp4_kernel(*natives, *scales, None, fmt="mxfp4", causal=True,
+                                    scale=np.float32(64**-0.5))  # fmt: skip
+    alone = compare_dequantized(tiles_only.astype(np.float64), call.dequantized(),
+                                call.baseline(), options=options, budget=budget)  # fmt: skip
+    assert not alone.ok, "the float16 tiles held a key past 65504"
+
+
 def test_the_emulations_fp8_conversions_are_spec_fp8s(emulation):
     """Its decoding of every byte of e4m3fn and e5m2 (what its m16n8k32 reads), and its rounding
     of P to e4m3 (cvt.rn.satfinite: to nearest even, past 448 saturated, NaN kept), near every

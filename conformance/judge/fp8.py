@@ -235,8 +235,6 @@ def values_read(true_q, true_k, is_nan: np.ndarray, **options) -> np.ndarray:
     """Which outputs (B, H, Tq, Dv) weigh a value flagged in ``is_nan`` (B, Hkv, Tk, Dv) by a key
     their row sees: the formula's own mask over the flags (q = k = 0 gives each key a row sees a
     positive weight, and every other key none)."""
-    if not is_nan.any():
-        return np.zeros((*true_q.shape[:-1], is_nan.shape[-1]), bool)
     zeros_q, zeros_k = np.zeros(true_q.shape), np.zeros(true_k.shape)
     return reference_attention(zeros_q, zeros_k, is_nan.astype(np.float64), **options) > 0
 
