@@ -323,7 +323,7 @@ class CupyFlash(CupyArrays, Implementation):
                 for name in GLOBAL_SCALE_KEYWORDS
             )
         dtype = self.dtype_name(q)
-        if dtype == "float32" or not decodes_exactly(fmt, dtype, k_scales, v_scales):
+        if dtype == "float32" or not decodes_exactly(fmt, dtype, k, k_scales, v, v_scales):
             k_values, v_values = (
                 decoded_fp4(x, scales, fmt) for x, scales in ((k, k_scales), (v, v_scales))
             )
@@ -486,17 +486,22 @@ def decoded_fp4(packed, scales, fmt: str):
 SIXTEEN_BIT_RANGES = {"float16": (2.0**-14, 65504.0), "bfloat16": (2.0**-126, 3.3895e38)}
 
 
-def decodes_exactly(fmt: str, dtype: str, *scales) -> bool:
-    """Whether every nonzero element of an FP4 cache with these block scales' bytes, times its
-    scale, is a normal number of ``dtype`` (float16, bfloat16): its 16-bit tiles hold it exactly.
-    A NaN scale reads as NaN in any dtype."""
-    xp = namespace(scales[0])
-    values = xp.asarray(scale_byte_values(block_format(fmt).scale).astype(np.float32))
+def decodes_exactly(fmt: str, dtype: str, *packed_and_scales) -> bool:
+    """Whether every nonzero element of an FP4 cache, given as (packed, block scales' bytes)
+    pairs, times its scale, is a normal number of ``dtype`` (float16, bfloat16): its 16-bit tiles
+    hold it exactly. Only blocks with a nonzero element count (a block of zeros has e8m0's code 0,
+    2^-127, which no 16-bit value reaches, and decodes to zeros); a scale's sign does not matter;
+    a NaN scale reads as NaN in any dtype."""
+    spec = block_format(fmt)
+    magnitudes = np.abs(scale_byte_values(spec.scale))  # by byte; NaN stays NaN
     smallest, largest = SIXTEEN_BIT_RANGES[dtype]
-    for codes in scales:
-        used = values[codes]
-        used = used[(used > 0) & ~xp.isnan(used)]
-        if used.size and (float(used.min()) * 0.5 < smallest or float(used.max()) * 6 > largest):
+    for packed, scales in zip(packed_and_scales[::2], packed_and_scales[1::2], strict=True):
+        xp = namespace(packed)
+        nonzero = xp.stack([packed & 7, (packed >> 4) & 7], axis=-1) != 0  # each code's magnitude
+        blocks = nonzero.reshape(*scales.shape, spec.block).any(axis=-1)  # as the scales lie
+        counts = xp.bincount(scales[blocks].ravel(), minlength=256)
+        used = magnitudes[(np.asarray(counts.tolist()) > 0) & (magnitudes > 0)]  # NaN > 0: False
+        if used.size and (used.min() * 0.5 < smallest or used.max() * 6 > largest):
             return False
     return True
 

@@ -31,3 +31,20 @@ def test_before_sm_89_cupy_flash_declares_fp8_under_the_cache_convention_only(mo
     monkeypatch.setattr(CupyFlash, "compute_capability", lambda self: 90)
     assert CupyFlash().capabilities == FLASH_CAPABILITIES
     assert FLASH_CAPABILITIES.fp8_conventions == ("descale", "kv_scale")
+
+
+def test_an_fp4_cache_leaves_the_16_bit_tiles_only_where_a_value_would_leave_their_range():
+    """A block of zeros (e8m0's code 0, 2^-127) decodes to zeros in any dtype and keeps the tiles;
+    a block of keys at 2^16 decodes past float16's 65504, not past bfloat16's range."""
+    from impls.cupy_flash import decodes_exactly
+    from spec.block_scaled import quantize_call
+
+    x = np.random.default_rng(0).standard_normal((1, 1, 32, 64))
+    x[0, 0, 3, :32] = 0
+    large = x.copy()
+    large[0, 0, 5, :32] *= 2.0**16
+    for k, fits in ((x, {"float16": True, "bfloat16": True}),
+                    (large, {"float16": False, "bfloat16": True})):  # fmt: skip
+        call = quantize_call(x, k, x, "fp4_cache", "mxfp4", "float16")
+        cache = (call.k, call.keywords["k_block_scales"], call.v, call.keywords["v_block_scales"])
+        assert {dtype: decodes_exactly("mxfp4", dtype, *cache) for dtype in fits} == fits
