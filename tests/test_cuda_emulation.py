@@ -156,12 +156,13 @@ def test_block_scaled_kernels_match_the_truth_within_their_budget(
         out, lse = impl.attention(*natives, causal=causal, return_lse=True, **call.keywords)
         where = f"{fmt} q in {query_dtype} D={head_dim} Tq={tq} Tk={tk} causal={causal}"
         assert impl.dtype_name(out) == out_dtype, f"{where}: out is {impl.dtype_name(out)}"
+        true_inputs = call.dequantized()
         comparison = compare_dequantized(
-            impl.to_numpy(out).astype(np.float64), call.dequantized(), call.baseline(),
+            impl.to_numpy(out).astype(np.float64), true_inputs, call.baseline(),
             options=options, budget=fp8_budget(out_dtype, call.p_rounding),
         )  # fmt: skip
         assert comparison.ok, f"{where}: {comparison.describe()}"
-        true_q, true_k, _ = call.dequantized()
+        true_q, true_k, _ = true_inputs
         truth = reference_log_sum_exp(true_q, true_k, **options)
         naive = naive_log_sum_exp(true_q, true_k, dtype="float32", **options)
         lse_comparison = compare_lse(lse.astype(np.float64), truth, naive, dtype="float32")
@@ -184,15 +185,14 @@ def test_an_fp4_cache_past_float16s_range_is_still_read_exactly_by_a_float16_q(e
     stored = zip((call.q, call.k, call.v), ("float16", "uint8", "uint8"), strict=True)
     natives = [impl.from_numpy(x, dtype) for x, dtype in stored]
     out = impl.attention(*natives, causal=True, **call.keywords)
-    budget = fp8_budget("float16", call.p_rounding)
-    comparison = compare_dequantized(out.astype(np.float64), call.dequantized(), call.baseline(),
-                                     options=options, budget=budget)  # fmt: skip
+    judged = dict(true_inputs=call.dequantized(), baseline=call.baseline(), options=options,
+                  budget=fp8_budget("float16", call.p_rounding))  # fmt: skip
+    comparison = compare_dequantized(out.astype(np.float64), **judged)
     assert comparison.ok, comparison.describe()
     scales = [np.asarray(call.keywords[name]) for name in ("k_block_scales", "v_block_scales")]
     tiles_only, _ = impl.fp4_kernel(*natives, *scales, None, fmt="mxfp4", causal=True,
                                     scale=np.float32(64**-0.5))  # fmt: skip
-    alone = compare_dequantized(tiles_only.astype(np.float64), call.dequantized(),
-                                call.baseline(), options=options, budget=budget)  # fmt: skip
+    alone = compare_dequantized(tiles_only.astype(np.float64), **judged)
     assert not alone.ok, "the float16 tiles held a key past 65504"
 
 
